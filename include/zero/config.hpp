@@ -1,0 +1,206 @@
+// zero/config.hpp — the run configuration: a DeepSpeed-compatible JSON subset plus overrides.
+//
+// Field names, nesting and defaults mirror DeepSpeed's config so that a DeepSpeed user's file
+// loads unchanged. Sources apply in this order, later winning: the JSON file (or string), the
+// environment (ZERO_STAGE, ZERO_COMM_TIMEOUT_S, ZERO_SET), the command line (--config FILE,
+// --zero-stage N, --set key.path=value). The merged document is validated in one place
+// (validate()): an unknown key, a wrong type, an out-of-range value or a contradiction is a
+// zero::Error(kConfig) whose message names the full key path and the value.
+//
+// Thread safety: Config is a plain value. ConfigBuilder is not synchronised.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zero {
+
+// ---- zero_optimization.offload_optimizer / offload_param
+struct OffloadConfig {
+  std::string device = "none";              // none | cpu | nvme
+  std::string nvme_path;                    // required with device = nvme; a directory
+  bool pin_memory = false;                  // stage state in page-locked host memory
+  std::int64_t buffer_count = 4;            // staging buffers (DeepSpeed: 4 optimizer, 5 param)
+  std::int64_t buffer_size = 100'000'000;   // elements per staging buffer (offload_param)
+  bool pipeline_read = false;               // nvme: read chunk i+1 while stepping chunk i
+  bool pipeline_write = false;              // nvme: write chunk i-1 while stepping chunk i
+  double ratio = 1.0;                       // offload_optimizer: fraction of state offloaded
+  std::int64_t max_in_cpu = 1'000'000'000;  // offload_param: elements kept in host memory
+  bool fast_init = false;                   // accepted for compatibility; no effect
+  bool enabled() const { return device != "none"; }
+};
+
+// DeepSpeed keeps 5 staging buffers for parameters, 4 for optimizer state.
+inline OffloadConfig param_offload_defaults() {
+  OffloadConfig o;
+  o.buffer_count = 5;
+  return o;
+}
+
+// ---- zero_optimization
+struct ZeroOptimizationConfig {
+  int stage = 0;  // 0..3
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  std::int64_t reduce_bucket_size = 500'000'000;  // elements
+  bool allgather_partitions = true;
+  std::int64_t allgather_bucket_size = 500'000'000;  // elements
+  bool overlap_comm = false;                         // DeepSpeed turns it on for stage 3
+  bool load_from_fp32_weights = true;
+  bool round_robin_gradients = false;
+  std::int64_t sub_group_size = 1'000'000'000;  // elements per optimizer sub-group
+  OffloadConfig offload_optimizer{};
+  OffloadConfig offload_param = param_offload_defaults();
+  // Valid only with stage 3.
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;        // elements
+  std::int64_t stage3_param_persistence_threshold = 100'000;    // elements
+  std::int64_t stage3_model_persistence_threshold = INT64_MAX;  // elements
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;      // elements
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;       // elements
+  bool stage3_gather_16bit_weights_on_model_save = false;
+};
+
+// ---- optimizer
+struct OptimizerConfig {
+  std::string type = "AdamW";  // Adam | AdamW | SGD | Lion | Adagrad
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;       // Adam / AdamW
+  bool adam_w_mode = true;           // Adam: decoupled decay (DeepSpeed's default); false: L2
+  double momentum = 0.0;             // SGD
+  double dampening = 0.0;            // SGD
+  bool nesterov = false;             // SGD
+  std::string moment_dtype = "f32";  // zero extension: f32 | bf16 moments
+};
+
+// ---- scheduler (DeepSpeed names); type "" = constant lr from the optimizer block
+struct SchedulerConfig {
+  std::string type;  // "" | WarmupLR | WarmupDecayLR | WarmupCosineLR | OneCycle
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  std::int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";   // log | linear
+  std::int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: required (> warmup)
+  // WarmupCosineLR (ratios of the optimizer lr)
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+  // OneCycle
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  double decay_lr_rate = 0.0;
+  std::int64_t cycle_first_step_size = 2000;
+  std::int64_t cycle_second_step_size = 0;  // 0: same as first
+  std::int64_t cycle_first_stair_count = 0;
+  std::int64_t cycle_second_stair_count = 0;
+  std::int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+};
+
+// ---- fp16 (dynamic loss scaling, DeepSpeed semantics)
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;              // 0: dynamic; > 0: static scale
+  int initial_scale_power = 16;         // dynamic scale starts at 2^power
+  int loss_scale_window = 1000;         // steps without overflow before the scale doubles
+  int hysteresis = 2;                   // overflows tolerated before the scale halves
+  bool consecutive_hysteresis = false;  // refill hysteresis after every good step
+  double min_loss_scale = 1.0;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+};
+
+// ---- activation_checkpointing
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+  bool cpu_checkpointing = false;
+  std::int64_t number_checkpoints = 0;  // 0: not set
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+// ---- aio (NVMe offload I/O)
+struct AioConfig {
+  std::int64_t block_size = 1'048'576;  // bytes per request; multiple of 4096
+  int queue_depth = 8;
+  int thread_count = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct Config {
+  std::int64_t train_batch_size = 0;  // 0: not set; else = micro * accumulation * world size
+  std::int64_t train_micro_batch_size_per_gpu = 1;
+  std::int64_t gradient_accumulation_steps = 1;
+  double gradient_clipping = 0.0;  // 0: off
+  ZeroOptimizationConfig zero_optimization{};
+  OptimizerConfig optimizer{};
+  SchedulerConfig scheduler{};
+  Fp16Config fp16{};
+  Bf16Config bf16{};
+  ActivationCheckpointingConfig activation_checkpointing{};
+  AioConfig aio{};
+  // zero extensions (top level)
+  double comm_timeout_s = 600.0;      // every collective wait; env ZERO_COMM_TIMEOUT_S
+  std::string comm_backend = "auto";  // auto | thread | mpi | nccl
+  // Reduction dtype of gradients ("" = fp32 for 16-bit training, the gradient dtype otherwise).
+  std::string communication_data_type;  // "" | fp32 | fp16 | bf16
+
+  // Checks the cross-field rules that need the world size (train_batch_size consistency).
+  // Throws zero::Error(kConfig) naming the keys.
+  void validate_for_world_size(int world_size) const;
+  // The merged configuration as JSON (every key, defaults included).
+  std::string to_json() const;
+};
+
+// Builds a Config from layered sources; build() validates. Later calls override earlier ones.
+class ConfigBuilder {
+ public:
+  ConfigBuilder();
+  ~ConfigBuilder();
+  ConfigBuilder(ConfigBuilder&&) noexcept;
+  ConfigBuilder& operator=(ConfigBuilder&&) noexcept;
+
+  // Merges a JSON object (deep merge: nested objects merge key by key). `source` names the
+  // origin in error messages. Throws kConfig on a parse error (with line/column) or non-object.
+  ConfigBuilder& merge_json(std::string_view text, std::string_view source = "<string>");
+  // Reads and merges a file. Throws kIO if unreadable, kConfig if not valid JSON.
+  ConfigBuilder& merge_file(const std::string& path);
+  // Sets one key: "zero_optimization.stage=2". The value is parsed as JSON when it parses
+  // (numbers, true/false, null, arrays), else taken as a string.
+  ConfigBuilder& set(std::string_view assignment, std::string_view source = "--set");
+  // Applies ZERO_CONFIG (a file, merged first), ZERO_STAGE, ZERO_COMM_TIMEOUT_S,
+  // ZERO_COMM_BACKEND, ZERO_OFFLOAD_OPTIMIZER, ZERO_NVME_PATH and ZERO_SET ("k=v;k=v").
+  ConfigBuilder& apply_env();
+  // Consumes --config FILE, --zero-stage N, --set k=v (also --flag=value forms) from args and
+  // returns the arguments it did not consume, in order. Throws kConfig on a flag without value.
+  std::vector<std::string> apply_args(const std::vector<std::string>& args);
+
+  // Validates the merged document and returns the Config.
+  Config build() const;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+// Shorthands. parse: one JSON string. load: a file. from_command_line: file given by
+// --config (if any), then env, then the remaining flags; unconsumed args go to `rest`.
+Config parse_config(std::string_view json_text);
+Config load_config(const std::string& path);
+Config config_from_command_line(int argc, const char* const* argv,
+                                std::vector<std::string>* rest = nullptr);
+
+}  // namespace zero
