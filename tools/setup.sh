@@ -1,0 +1,41 @@
+# Shared set-up for tools/demo and tools/test (sourced, not run): install the Debian packages
+# the build needs (as root: apt-get update first; otherwise print the exact command), then
+# configure and build one build tree.
+#   zero_setup <build-dir> [extra cmake args...]
+set -euo pipefail
+
+ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
+               libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev)
+
+zero_install_packages() {
+  local missing=()
+  for p in "${ZERO_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "[zero] installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "[zero] missing Debian packages; run as root:" >&2
+    echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+}
+
+zero_setup() {
+  local build_dir="$1"
+  shift
+  zero_install_packages
+  # The CUDA toolkit, when installed, lives here; with nvcc found the CUDA sources are built too.
+  if [[ -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
+    export PATH="/usr/local/cuda/bin:$PATH"
+  fi
+  export CCACHE_DIR="${CCACHE_DIR:-$ZERO_ROOT/.cache/ccache}"
+  local jobs
+  jobs="$(nproc)"
+  cmake -S "$ZERO_ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$build_dir" -j "$jobs"
+}
