@@ -1,0 +1,317 @@
+// zero/comm.hpp — collectives: one Communicator interface, three backends.
+//
+// A Communicator is one rank's handle on a group of ranks. It runs the collectives the ZeRO
+// stages need (all_reduce, reduce_scatter, all_gather, broadcast, barrier) on f32 / f16 / bf16
+// buffers, each in a blocking and an asynchronous form. Backends:
+//   - in-process (ThreadGroup): N ranks as N threads of one process sharing memory. Reductions
+//     run in a fixed rank order, accumulating in fp32, so results are deterministic and
+//     all_reduce agrees bitwise with reduce_scatter followed by all_gather.
+//   - MPI (built with ZERO_WITH_MPI): ranks as processes launched by mpirun / srun.
+//   - NCCL (built with ZERO_WITH_CUDA): one GPU per rank; buffers are device pointers.
+// make_communicator() picks the backend and the rank / world size from the launcher's
+// environment (torchrun, OpenMPI, PMI, Slurm) or from explicit options.
+//
+// Collective semantics (all backends; NCCL's rules):
+//   - Every rank of the group must issue the same collectives, in the same order, with the same
+//     count, dtype, op and root. Several asynchronous collectives may be in flight; they run and
+//     complete in issue order.
+//   - 16-bit reductions accumulate in fp32 (in-process: one rounding per element; MPI: one
+//     rounding per combining step; NCCL: NCCL's own reduction kernels).
+//   - ReduceOp::kAvg is the sum divided by size(); kMax propagates NaN.
+//   - Buffers must stay valid and unmodified (recv: untouched) until the collective completes.
+//   - Every wait has a deadline of timeout_s() (Config::comm_timeout_s, env ZERO_COMM_TIMEOUT_S).
+//     When it passes, or another rank has failed, the wait throws zero::Error with code kTimeout
+//     or kRemoteFailure whose message names the collective, its element count, dtype, op and the
+//     ranks involved. After such a failure the communicator is broken: every later collective on
+//     it fails with kRemoteFailure (a collective that lost a participant cannot be resumed).
+//
+// Thread safety: a Communicator belongs to one rank and is used by one thread at a time (the
+// rank's thread); stats(), rank(), size(), timeout_s() may be read from any thread. CommHandle is
+// move-only and must be waited on by the thread that uses the communicator. ThreadGroup::run is
+// safe to call from any thread; each call creates an independent group.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zero/config.hpp"
+#include "zero/dtype.hpp"
+#include "zero/error.hpp"
+
+namespace zero {
+
+// ---- operations
+
+enum class ReduceOp : std::uint8_t { kSum, kAvg, kMax };
+// "sum", "avg", "max".
+std::string_view to_string(ReduceOp op) noexcept;
+
+enum class Collective : std::uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kBarrier,
+};
+inline constexpr std::size_t kNumCollectives = 5;
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier".
+std::string_view to_string(Collective c) noexcept;
+
+// ---- communication volume
+
+// Bytes one rank sends and receives, per collective. The figures are the algorithm-independent
+// volumes of the bandwidth-optimal (ring) algorithms, identical for every backend, with B the
+// buffer size in bytes and N = size():
+//   all_reduce      sent = received = 2 (N-1)/N * B       (B = count * dtype size)
+//   reduce_scatter  sent = received = (N-1) * B           (B = recv_count * dtype size)
+//   all_gather      sent = received = (N-1) * B           (B = send_count * dtype size)
+//   broadcast       root: sent = B; others: received = B
+//   barrier         0
+// so that stage-k communication per step can be compared with DESIGN.md's formulas.
+struct CommCounters {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+};
+
+struct CommStats {
+  std::array<CommCounters, kNumCollectives> by_op{};
+  const CommCounters& operator[](Collective c) const { return by_op[static_cast<std::size_t>(c)]; }
+  std::uint64_t bytes_sent() const;
+  std::uint64_t bytes_received() const;
+};
+
+// ---- asynchronous completion
+
+namespace detail {
+// What a backend hands back for one issued collective (zero/comm/request.hpp implements it).
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  // True once the collective is complete; throws zero::Error if it failed.
+  virtual bool test() = 0;
+  // Blocks until complete or the communicator's timeout; throws zero::Error on failure.
+  virtual void wait() = 0;
+};
+
+// The arguments of one collective as the front end has validated them.
+struct CollectiveArgs {
+  Collective kind = Collective::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;  // all_reduce, broadcast: elements; reduce_scatter: recv_count;
+                          // all_gather: send_count
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;  // broadcast
+};
+}  // namespace detail
+
+// A collective in flight. Move-only. An empty handle (default-constructed, moved-from or
+// already waited) is complete.
+class CommHandle {
+ public:
+  CommHandle() = default;
+  explicit CommHandle(std::unique_ptr<detail::CommRequest> request);
+  CommHandle(CommHandle&&) noexcept;
+  CommHandle& operator=(CommHandle&&) noexcept;
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  // A handle dropped while its collective is in flight waits for it; a failure is then logged,
+  // not thrown (it is raised again by the communicator's next collective).
+  ~CommHandle();
+
+  // Blocks until the collective has completed; afterwards the handle is empty.
+  // Throws zero::Error(kTimeout) after timeout_s() of the communicator, kRemoteFailure when
+  // another rank failed, kCommunication when the backend failed. The handle is empty afterwards
+  // either way.
+  void wait();
+  // Non-blocking: true when complete (the handle is then empty). Throws like wait().
+  bool test();
+  bool valid() const noexcept { return request_ != nullptr; }
+
+ private:
+  std::unique_ptr<detail::CommRequest> request_;
+};
+
+// ---- the communicator
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  // "thread", "mpi" or "nccl".
+  virtual std::string_view backend() const noexcept = 0;
+  // Ranks of this group in the communicator it was split from, transitively down to the world
+  // communicator (world_ranks()[rank()] is this rank's world rank). Used in error messages.
+  const std::vector<int>& world_ranks() const noexcept { return world_ranks_; }
+  double timeout_s() const noexcept { return timeout_s_.load(std::memory_order_relaxed); }
+  // Changes the deadline of collectives issued afterwards. REQUIRES: seconds > 0.
+  void set_timeout_s(double seconds);
+
+  // Communication volume so far (see CommCounters for what is counted).
+  CommStats stats() const;
+  void reset_stats();
+
+  // ---- collectives. Buffers are host memory for the thread and MPI backends and device memory
+  // of this rank's GPU for NCCL. A count of 0 is valid (the collective still synchronises).
+  // Bad arguments (null buffer with a non-zero count, a partial overlap that is not the in-place
+  // position, a root out of range) throw zero::Error(kInvalidArgument) before anything is issued.
+  // The *_async forms return when the collective is enqueued; wait on the handle before touching
+  // the buffers.
+
+  // recv[i] = op over ranks of send[i], i < count. In-place when recv == send.
+  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op);
+  CommHandle all_reduce_async(const void* send, void* recv, std::size_t count, DType dtype,
+                              ReduceOp op);
+
+  // send holds size() * recv_count elements; rank r receives in recv the reduction of elements
+  // [r * recv_count, (r + 1) * recv_count). In-place when recv == send + rank() * recv_count
+  // (elements); the rest of send is then left as it was.
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
+                      ReduceOp op);
+  CommHandle reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType dtype,
+                                  ReduceOp op);
+
+  // recv (size() * send_count elements) receives rank q's send at offset q * send_count.
+  // In-place when send == recv + rank() * send_count (elements).
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype);
+  CommHandle all_gather_async(const void* send, void* recv, std::size_t send_count, DType dtype);
+
+  // Every rank's recv receives root's send. In-place on the root when send == recv; send is
+  // ignored (may be null) on the other ranks.
+  void broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root);
+  CommHandle broadcast_async(const void* send, void* recv, std::size_t count, DType dtype,
+                             int root);
+
+  void barrier();
+  CommHandle barrier_async();
+
+  // Splits this group into sub-groups: ranks passing the same color form one group, ordered by
+  // key, then by rank here. Collective: every rank of this group must call it (after waiting for
+  // its pending collectives is not required; it is ordered after them). Returns null for
+  // color == kNoColor. REQUIRES: color >= 0 or kNoColor.
+  static constexpr int kNoColor = -1;
+  std::unique_ptr<Communicator> split(int color, int key);
+
+ protected:
+  Communicator(int rank, int size, std::vector<int> world_ranks, double timeout_s);
+
+  // Issues one validated collective. Backends implement these two.
+  virtual CommHandle start(const detail::CollectiveArgs& args) = 0;
+  virtual std::unique_ptr<Communicator> split_impl(int color, int key) = 0;
+
+  // "all_reduce(1000 x f32, sum) on ranks {0,1,2,3}, rank 1": the text every error names.
+  std::string describe(const detail::CollectiveArgs& args) const;
+
+ private:
+  CommHandle issue(const detail::CollectiveArgs& args);
+  void count(const detail::CollectiveArgs& args);
+
+  int rank_;
+  int size_;
+  std::vector<int> world_ranks_;
+  std::atomic<double> timeout_s_;
+  std::array<std::array<std::atomic<std::uint64_t>, 3>, kNumCollectives> stats_{};
+};
+
+// ---- the in-process backend
+
+// N ranks as N threads of this process. run() is the usual entry point; communicator() lets a
+// caller that manages its own threads take rank r's communicator instead.
+class ThreadGroup {
+ public:
+  // REQUIRES: size >= 1, timeout_s > 0 (throws kInvalidArgument otherwise).
+  explicit ThreadGroup(int size, double timeout_s = Config{}.comm_timeout_s);
+  ThreadGroup(int size, const Config& config) : ThreadGroup(size, config.comm_timeout_s) {}
+  ~ThreadGroup();
+  ThreadGroup(ThreadGroup&&) noexcept;
+  ThreadGroup& operator=(ThreadGroup&&) noexcept;
+  ThreadGroup(const ThreadGroup&) = delete;
+  ThreadGroup& operator=(const ThreadGroup&) = delete;
+
+  int size() const noexcept;
+  // Rank r's communicator; each rank can be taken once (kInvalidArgument otherwise). It must be
+  // used on one thread. Destroying it makes the rank leave the group: the other ranks' waits on
+  // collectives it has not joined fail with kRemoteFailure.
+  std::unique_ptr<Communicator> communicator(int rank);
+  // Marks the group failed on behalf of `rank` (for callers running their own threads): every
+  // pending and future wait of the other ranks throws kRemoteFailure naming `rank` and `what`.
+  void fail(int rank, std::string_view what);
+
+  // Runs fn(comm) on `size` new threads, one per rank, and joins them. If a rank throws, the
+  // group fails (the other ranks' waits throw kRemoteFailure promptly) and, after every thread
+  // has finished, run() rethrows the exception of the rank that failed first.
+  static void run(int size, const std::function<void(Communicator&)>& fn,
+                  double timeout_s = Config{}.comm_timeout_s);
+  static void run(int size, const std::function<void(Communicator&)>& fn, const Config& config) {
+    run(size, fn, config.comm_timeout_s);
+  }
+
+  struct State;  // zero/comm/thread_group.cpp
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// ---- launch detection and the factory
+
+// Where this process sits in the job.
+struct LaunchInfo {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  // Which variables the values came from: "explicit", "torchrun", "openmpi", "pmi", "slurm" or
+  // "none" (a single process), comma-separated when several agreed.
+  std::string source = "none";
+  bool mpi_launcher = false;  // OMPI_*, PMI_* or SLURM_* present: MPI can bootstrap
+};
+
+struct CommOptions {
+  // Explicit placement; -1 = from the environment. When both are given they must agree.
+  int rank = -1;
+  int size = -1;
+  int local_rank = -1;
+  // Overrides Config::comm_backend when not empty: auto | thread | mpi | nccl.
+  std::string backend;
+  // auto picks NCCL only for device buffers (a CPU trainer on a GPU machine still gets MPI).
+  bool device_buffers = false;
+  // NCCL: the CUDA stream (cudaStream_t) whose earlier work every collective waits for before it
+  // starts; null = the legacy default stream. The collectives run on their own stream.
+  void* cuda_stream = nullptr;
+  // NCCL: the GPU of this rank; -1 = local_rank.
+  int device = -1;
+  // NCCL bootstrap without MPI: a file both ranks can see (shared file system). Empty = TCP at
+  // MASTER_ADDR:MASTER_PORT, or the file named by ZERO_NCCL_ID_FILE.
+  std::string rendezvous_file;
+};
+
+// Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK,
+// PMI_RANK/PMI_SIZE (and MPI_LOCALRANKID), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID, and the
+// explicit options. Values from different sources must agree: a conflict, a malformed number,
+// a rank outside [0, size) or a rank without a size is zero::Error(kConfig) naming the
+// variables. `getenv` defaults to std::getenv (tests pass their own).
+LaunchInfo detect_launch(const CommOptions& options = {},
+                         const std::function<const char*(const char*)>& getenv = nullptr);
+
+// Creates this rank's world communicator. Backend "auto": NCCL for device buffers when built
+// with CUDA and a GPU is present; else MPI under an MPI launcher when built with MPI; else the
+// in-process backend for a single process. "thread" with size > 1 is a
+// kConfig error (use ThreadGroup). A backend not built in is kConfig; a backend that fails to
+// start is kCommunication (NCCL: kCuda).
+std::unique_ptr<Communicator> make_communicator(const Config& config,
+                                                const CommOptions& options = {});
+
+}  // namespace zero

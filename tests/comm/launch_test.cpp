@@ -1,0 +1,184 @@
+// Launch detection (torchrun / OpenMPI / PMI / Slurm variables, explicit options, conflicts) and
+// the NCCL-id rendezvous over TCP and a shared file, with ranks as threads.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "zero/comm.hpp"
+#include "zero/comm/rendezvous.hpp"
+
+namespace zero::test {
+namespace {
+
+// detect_launch with a fake environment.
+LaunchInfo detect(const std::map<std::string, std::string>& env, CommOptions options = {}) {
+  return detect_launch(options, [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+std::string config_error(const std::map<std::string, std::string>& env, CommOptions options = {}) {
+  try {
+    detect(env, options);
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kConfig, e.code()) << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(DetectLaunch, NoVariablesIsASingleProcess) {
+  const LaunchInfo info = detect({});
+  EXPECT_EQ(0, info.rank);
+  EXPECT_EQ(1, info.size);
+  EXPECT_EQ("none", info.source);
+  EXPECT_FALSE(info.mpi_launcher);
+}
+
+TEST(DetectLaunch, ReadsEachLauncher) {
+  LaunchInfo t = detect({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}});
+  EXPECT_EQ(3, t.rank);
+  EXPECT_EQ(8, t.size);
+  EXPECT_EQ(1, t.local_rank);
+  EXPECT_EQ("torchrun", t.source);
+  EXPECT_FALSE(t.mpi_launcher);
+  LaunchInfo o = detect({{"OMPI_COMM_WORLD_RANK", "2"},
+                         {"OMPI_COMM_WORLD_SIZE", "4"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}});
+  EXPECT_EQ(2, o.rank);
+  EXPECT_EQ(4, o.size);
+  EXPECT_EQ("openmpi", o.source);
+  EXPECT_TRUE(o.mpi_launcher);
+  LaunchInfo p = detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}});
+  EXPECT_EQ(1, p.rank);
+  EXPECT_EQ("pmi", p.source);
+  LaunchInfo s = detect({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "1"}});
+  EXPECT_EQ(5, s.rank);
+  EXPECT_EQ(6, s.size);
+  EXPECT_EQ(1, s.local_rank);
+  EXPECT_EQ("slurm", s.source);
+  // A size alone (an allocation, not a launched rank) does not place the process.
+  EXPECT_EQ("none", detect({{"SLURM_NTASKS", "6"}}).source);
+}
+
+TEST(DetectLaunch, AgreeingSourcesAreMerged) {
+  CommOptions opt;
+  opt.rank = 1;
+  opt.size = 2;
+  const LaunchInfo info = detect({{"OMPI_COMM_WORLD_RANK", "1"},
+                                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                                  {"SLURM_PROCID", "1"},
+                                  {"SLURM_NTASKS", "2"}},
+                                 opt);
+  EXPECT_EQ(1, info.rank);
+  EXPECT_EQ("explicit,openmpi,slurm", info.source);
+}
+
+TEST(DetectLaunch, ConflictsNameTheVariables) {
+  std::string m = config_error({{"RANK", "1"},
+                                {"WORLD_SIZE", "4"},
+                                {"OMPI_COMM_WORLD_RANK", "2"},
+                                {"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_NE(std::string::npos, m.find("RANK=1")) << m;
+  EXPECT_NE(std::string::npos, m.find("OMPI_COMM_WORLD_RANK=2")) << m;
+  m = config_error(
+      {{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_NE(std::string::npos, m.find("WORLD_SIZE=4")) << m;
+  EXPECT_NE(std::string::npos, m.find("SLURM_NTASKS=2")) << m;
+  CommOptions opt;
+  opt.rank = 0;
+  opt.size = 2;
+  m = config_error({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}, opt);
+  EXPECT_NE(std::string::npos, m.find("CommOptions::rank=0")) << m;
+  EXPECT_NE(std::string::npos, m.find("PMI_RANK=1")) << m;
+}
+
+TEST(DetectLaunch, MalformedValuesAreConfigErrors) {
+  EXPECT_NE(std::string::npos, config_error({{"RANK", "x1"}, {"WORLD_SIZE", "2"}}).find("RANK"));
+  EXPECT_NE(std::string::npos, config_error({{"RANK", "1"}, {"WORLD_SIZE", "2 "}}).find("WORLD"));
+  EXPECT_NE(std::string::npos, config_error({{"RANK", "1"}}).find("WORLD_SIZE"));
+  EXPECT_NE(std::string::npos, config_error({{"RANK", "2"}, {"WORLD_SIZE", "2"}}).find("range"));
+  EXPECT_NE(std::string::npos, config_error({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find(">= 1"));
+  EXPECT_NE(std::string::npos,
+            config_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}}).find("local"));
+  CommOptions only_rank;
+  only_rank.rank = 1;
+  EXPECT_NE(std::string::npos, config_error({}, only_rank).find("both"));
+}
+
+TEST(MakeCommunicator, AutoWithoutABackendForTheWorldSizeIsAConfigError) {
+  Config config;
+  CommOptions opt;
+  opt.rank = 0;
+  opt.size = 2;  // explicit, not an MPI launch, host buffers: nothing can connect the ranks
+  try {
+    make_communicator(config, opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kConfig, e.code()) << e.what();
+    EXPECT_NE(std::string::npos, e.message().find("world size 2")) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// rendezvous
+
+TEST(Rendezvous, TcpHandsRankZerosBlobToEveryRank) {
+  const std::string blob("\x01\x00nccl-unique-id\xff", 18);
+  // A port unlikely to be taken; derived from the pid so parallel runs do not collide.
+  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  std::vector<std::string> got(4);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] {
+      got[r] = detail::tcp_broadcast("127.0.0.1", port, r, 4, r == 0 ? blob : "", 20.0);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(blob, got[r]) << "rank " << r;
+}
+
+TEST(Rendezvous, TcpWithoutRankZeroTimesOut) {
+  const int port = 40000 + static_cast<int>(::getpid() % 20000);
+  try {
+    detail::tcp_broadcast("127.0.0.1", port, 1, 2, "", 0.3);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kTimeout, e.code()) << e.what();
+    EXPECT_NE(std::string::npos, e.message().find(std::to_string(port))) << e.what();
+  }
+  EXPECT_THROW(detail::tcp_broadcast("127.0.0.1", 0, 1, 2, "", 0.1), Error);
+}
+
+TEST(Rendezvous, FileHandsRankZerosBlobToEveryRankAndRefusesAStaleFile) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("zero_rdv_" + std::to_string(::getpid()) + ".id");
+  std::filesystem::remove(path);
+  const std::string blob(128, 'z');
+  std::vector<std::string> got(3);
+  std::vector<std::thread> ranks;
+  for (int r = 2; r >= 0; --r) {  // readers start first
+    ranks.emplace_back(
+        [&, r] { got[r] = detail::file_broadcast(path, r, r == 0 ? blob : "", 20.0); });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(blob, got[r]);
+  try {
+    detail::file_broadcast(path, 0, blob, 1.0);
+    ADD_FAILURE() << "stale file accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kConfig, e.code());
+  }
+  std::filesystem::remove(path);
+  EXPECT_THROW(detail::file_broadcast(path, 1, "", 0.1), Error);
+}
+
+}  // namespace
+}  // namespace zero::test

@@ -1,0 +1,136 @@
+// The MPI backend under mpirun (ctest runs it at 2, 3 and 4 ranks): every collective x dtype x
+// op against the float64 reference, 64 MiB buffers, async ordering, a late rank timing out,
+// split, counters, launch detection.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "comm/collective_checks.hpp"
+#include "zero/comm.hpp"
+
+namespace zero::test {
+namespace {
+
+// The world communicator, shared by the tests (MPI is initialised once per process).
+Communicator& world() {
+  static std::unique_ptr<Communicator> comm = [] {
+    Config config;
+    config.comm_timeout_s = 120;
+    CommOptions options;
+    options.backend = "mpi";  // also when started without mpirun: a world of one
+    return make_communicator(config, options);
+  }();
+  return *comm;
+}
+
+TEST(Mpi, LaunchIsDetected) {
+  Communicator& c = world();
+  EXPECT_EQ("mpi", c.backend());
+  const LaunchInfo info = detect_launch();
+  if (info.source != "none") {
+    EXPECT_TRUE(info.mpi_launcher);
+    EXPECT_EQ(c.rank(), info.rank);
+    EXPECT_EQ(c.size(), info.size);
+    // auto picks MPI under mpirun.
+    EXPECT_EQ("mpi", make_communicator(Config{})->backend());
+  }
+}
+
+class MpiMatrix : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MpiMatrix, EveryCollectiveMatchesReference) {
+  run_matrix(world(), GetParam(), Exactness::kTolerance, 7000 + static_cast<int>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, MpiMatrix,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(Mpi, SixtyFourMebibyteBuffers) {
+  Communicator& c = world();
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  EXPECT_EQ("", check_all_reduce(c, kBytes / 4 + 1, DType::kF32, ReduceOp::kSum, true, 81,
+                                 Exactness::kTolerance));
+  EXPECT_EQ("", check_reduce_scatter(c, kBytes / 2 / n + 1, DType::kBF16, ReduceOp::kSum, false, 82,
+                                     Exactness::kTolerance));
+  EXPECT_EQ("", check_all_gather(c, kBytes / 4 / n + 1, DType::kF32, true, 83));
+}
+
+TEST(Mpi, ManyAsyncCollectivesCompleteInIssueOrder) {
+  run_async_in_order(world(), Exactness::kTolerance);
+}
+
+TEST(Mpi, LateRankMakesTheOthersTimeOutWithoutHanging) {
+  Communicator& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // A communicator of its own: the timeout breaks it.
+  auto c = w.split(0, w.rank());
+  ASSERT_NE(nullptr, c);
+  c->set_timeout_s(1.0);
+  std::vector<float> buf(1031, 1.0f);
+  if (c->rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      c->all_reduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kSum);
+      ADD_FAILURE() << "no timeout";
+    } catch (const Error& e) {
+      EXPECT_EQ(ErrorCode::kTimeout, e.code()) << e.what();
+      EXPECT_NE(std::string::npos, e.message().find("all_reduce(1031 x f32, sum)")) << e.what();
+      EXPECT_NE(std::string::npos, e.message().find("on ranks {0,1")) << e.what();
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GT(waited, 0.9);
+    EXPECT_LT(waited, 2.0);
+    // The communicator is broken now: later collectives fail at once.
+    try {
+      c->barrier();
+      ADD_FAILURE() << "barrier on a broken communicator succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(ErrorCode::kRemoteFailure, e.code()) << e.what();
+    }
+  } else {
+    // Late, but it comes: rank 0's progress thread, still inside MPI, completes with us.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    c->all_reduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kSum);
+  }
+  c.reset();
+  w.barrier();
+}
+
+TEST(Mpi, SplitFormsOrderedSubGroups) {
+  Communicator& w = world();
+  const int color = w.rank() % 2;
+  auto sub = w.split(color, -w.rank());
+  ASSERT_NE(nullptr, sub);
+  std::vector<int> expect;
+  for (int r = w.size() - 1; r >= 0; --r) {
+    if (r % 2 == color) expect.push_back(r);
+  }
+  EXPECT_EQ(expect, sub->world_ranks());
+  EXPECT_EQ(w.rank(), expect[sub->rank()]);
+  float v = static_cast<float>(w.rank());
+  sub->all_reduce(&v, &v, 1, DType::kF32, ReduceOp::kSum);
+  float want = 0;
+  for (int r : expect) want += static_cast<float>(r);
+  EXPECT_EQ(want, v);
+  EXPECT_EQ("", check_reduce_scatter(*sub, 251, DType::kF16, ReduceOp::kAvg, true, 9,
+                                     Exactness::kTolerance));
+  auto none = w.split(Communicator::kNoColor, 0);
+  EXPECT_EQ(nullptr, none);
+}
+
+TEST(Mpi, ByteCountersFollowTheRingVolumes) {
+  Communicator& w = world();
+  auto c = w.split(0, 0);
+  std::vector<float> buf(1000, 1.0f);
+  c->all_reduce(buf.data(), buf.data(), 1000, DType::kF32, ReduceOp::kSum);
+  const std::uint64_t n = static_cast<std::uint64_t>(c->size());
+  EXPECT_EQ(2 * (n - 1) * 4000 / n, c->stats()[Collective::kAllReduce].bytes_sent);
+  EXPECT_EQ(1u, c->stats()[Collective::kAllReduce].calls);
+}
+
+}  // namespace
+}  // namespace zero::test

@@ -1,0 +1,274 @@
+// The backend-independent front end of zero::Communicator: argument checks, byte counters,
+// blocking forms, handles.
+#include <cstdint>
+#include <limits>
+
+#include "zero/comm.hpp"
+#include "zero/log.hpp"
+
+namespace zero {
+
+std::string_view to_string(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Collective c) noexcept {
+  switch (c) {
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+std::uint64_t CommStats::bytes_sent() const {
+  std::uint64_t total = 0;
+  for (const auto& c : by_op) total += c.bytes_sent;
+  return total;
+}
+
+std::uint64_t CommStats::bytes_received() const {
+  std::uint64_t total = 0;
+  for (const auto& c : by_op) total += c.bytes_received;
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CommHandle
+
+CommHandle::CommHandle(std::unique_ptr<detail::CommRequest> request)
+    : request_(std::move(request)) {}
+CommHandle::CommHandle(CommHandle&&) noexcept = default;
+
+CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
+  if (this != &other) {
+    // The collective this handle held must still complete before its buffers are reused.
+    CommHandle dropped(std::move(*this));
+    request_ = std::move(other.request_);
+  }
+  return *this;
+}
+
+CommHandle::~CommHandle() {
+  if (!request_) return;
+  try {
+    request_->wait();
+  } catch (const std::exception& e) {
+    ZERO_LOG(kError, "collective dropped without wait() failed: ", e.what());
+  }
+}
+
+void CommHandle::wait() {
+  if (!request_) return;
+  std::unique_ptr<detail::CommRequest> request = std::move(request_);
+  request->wait();
+}
+
+bool CommHandle::test() {
+  if (!request_) return true;
+  bool done = false;
+  try {
+    done = request_->test();
+  } catch (...) {
+    request_.reset();
+    throw;
+  }
+  if (done) request_.reset();
+  return done;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Communicator
+
+Communicator::Communicator(int rank, int size, std::vector<int> world_ranks, double timeout_s)
+    : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), timeout_s_(timeout_s) {
+  ZERO_CHECK(size >= 1 && rank >= 0 && rank < size, kInvalidArgument, "communicator rank ", rank,
+             " of size ", size, " is out of range");
+  ZERO_CHECK(timeout_s > 0, kInvalidArgument, "comm_timeout_s must be > 0, got ", timeout_s);
+  if (world_ranks_.empty()) {
+    for (int r = 0; r < size; ++r) world_ranks_.push_back(r);
+  }
+  ZERO_CHECK(static_cast<int>(world_ranks_.size()) == size, kInternal, "world rank map of ",
+             world_ranks_.size(), " entries for a group of ", size);
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::set_timeout_s(double seconds) {
+  ZERO_CHECK(seconds > 0, kInvalidArgument, "comm timeout must be > 0 s, got ", seconds);
+  timeout_s_.store(seconds, std::memory_order_relaxed);
+}
+
+CommStats Communicator::stats() const {
+  CommStats s;
+  for (std::size_t i = 0; i < kNumCollectives; ++i) {
+    s.by_op[i].calls = stats_[i][0].load(std::memory_order_relaxed);
+    s.by_op[i].bytes_sent = stats_[i][1].load(std::memory_order_relaxed);
+    s.by_op[i].bytes_received = stats_[i][2].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+void Communicator::reset_stats() {
+  for (auto& op : stats_) {
+    for (auto& c : op) c.store(0, std::memory_order_relaxed);
+  }
+}
+
+std::string Communicator::describe(const detail::CollectiveArgs& a) const {
+  std::string s(to_string(a.kind));
+  if (a.kind != Collective::kBarrier) {
+    s += detail::cat("(", a.count, " x ", to_string(a.dtype));
+    if (a.kind == Collective::kAllReduce || a.kind == Collective::kReduceScatter) {
+      s += detail::cat(", ", to_string(a.op));
+    }
+    if (a.kind == Collective::kBroadcast) s += detail::cat(", root ", a.root);
+    s += ")";
+  }
+  s += " on ranks {";
+  for (int r = 0; r < size_; ++r) s += detail::cat(r == 0 ? "" : ",", world_ranks_[r]);
+  s += detail::cat("}, rank ", world_ranks_[rank_]);
+  return s;
+}
+
+namespace {
+
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const auto pa = reinterpret_cast<std::uintptr_t>(a);
+  const auto pb = reinterpret_cast<std::uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+const char* at(const void* p, std::size_t bytes) { return static_cast<const char*>(p) + bytes; }
+
+}  // namespace
+
+void Communicator::count(const detail::CollectiveArgs& a) {
+  const std::uint64_t n = static_cast<std::uint64_t>(size_);
+  const std::uint64_t bytes = a.count * dtype_size(a.dtype);
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+  switch (a.kind) {
+    case Collective::kAllReduce: sent = received = 2 * (n - 1) * bytes / n; break;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather: sent = received = (n - 1) * bytes; break;
+    case Collective::kBroadcast:
+      if (n > 1) (a.root == rank_ ? sent : received) = bytes;
+      break;
+    case Collective::kBarrier: break;
+  }
+  auto& c = stats_[static_cast<std::size_t>(a.kind)];
+  c[0].fetch_add(1, std::memory_order_relaxed);
+  c[1].fetch_add(sent, std::memory_order_relaxed);
+  c[2].fetch_add(received, std::memory_order_relaxed);
+}
+
+CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
+  const std::size_t es = dtype_size(a.dtype);
+  const std::size_t n = static_cast<std::size_t>(size_);
+  const char* name = to_string(a.kind).data();
+  ZERO_CHECK(a.dtype == DType::kF32 || a.dtype == DType::kF16 || a.dtype == DType::kBF16,
+             kInvalidArgument, name, ": unknown dtype ", static_cast<int>(a.dtype));
+  ZERO_CHECK(a.op == ReduceOp::kSum || a.op == ReduceOp::kAvg || a.op == ReduceOp::kMax,
+             kInvalidArgument, name, ": unknown reduce op ", static_cast<int>(a.op));
+  ZERO_CHECK(a.count <= std::numeric_limits<std::size_t>::max() / (es * n) / 2, kInvalidArgument,
+             name, ": element count ", a.count, " overflows a buffer size");
+  const std::size_t bytes = a.count * es;  // the per-rank piece
+  const bool has_data = a.count > 0;
+  switch (a.kind) {
+    case Collective::kAllReduce:
+      ZERO_CHECK(!has_data || (a.send != nullptr && a.recv != nullptr), kInvalidArgument,
+                 describe(a), ": null buffer (send ", a.send, ", recv ", a.recv, ")");
+      ZERO_CHECK(a.send == a.recv || !overlaps(a.send, bytes, a.recv, bytes), kInvalidArgument,
+                 describe(a), ": send ", a.send, " and recv ", a.recv,
+                 " overlap without being equal (in-place needs recv == send)");
+      break;
+    case Collective::kReduceScatter:
+      ZERO_CHECK(!has_data || (a.send != nullptr && a.recv != nullptr), kInvalidArgument,
+                 describe(a), ": null buffer (send ", a.send, ", recv ", a.recv, ")");
+      ZERO_CHECK(a.recv == at(a.send, rank_ * bytes) || !overlaps(a.send, n * bytes, a.recv, bytes),
+                 kInvalidArgument, describe(a), ": recv ", a.recv, " overlaps send ", a.send,
+                 " but is not the in-place position send + rank * recv_count");
+      break;
+    case Collective::kAllGather:
+      ZERO_CHECK(!has_data || (a.send != nullptr && a.recv != nullptr), kInvalidArgument,
+                 describe(a), ": null buffer (send ", a.send, ", recv ", a.recv, ")");
+      ZERO_CHECK(a.send == at(a.recv, rank_ * bytes) || !overlaps(a.send, bytes, a.recv, n * bytes),
+                 kInvalidArgument, describe(a), ": send ", a.send, " overlaps recv ", a.recv,
+                 " but is not the in-place position recv + rank * send_count");
+      break;
+    case Collective::kBroadcast:
+      ZERO_CHECK(a.root >= 0 && a.root < size_, kInvalidArgument, "broadcast root ", a.root,
+                 " is not a rank of this group of ", size_);
+      ZERO_CHECK(!has_data || a.recv != nullptr, kInvalidArgument, describe(a), ": null recv");
+      if (a.root == rank_) {
+        ZERO_CHECK(!has_data || a.send != nullptr, kInvalidArgument, describe(a),
+                   ": null send on the root");
+        ZERO_CHECK(a.send == a.recv || !overlaps(a.send, bytes, a.recv, bytes), kInvalidArgument,
+                   describe(a), ": send and recv overlap without being equal");
+      }
+      break;
+    case Collective::kBarrier: break;
+  }
+  CommHandle handle = start(a);
+  count(a);
+  return handle;
+}
+
+// ---- the public collectives: build the arguments, check, issue.
+
+CommHandle Communicator::all_reduce_async(const void* send, void* recv, std::size_t count,
+                                          DType dtype, ReduceOp op) {
+  return issue({Collective::kAllReduce, send, recv, count, dtype, op, 0});
+}
+void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype,
+                              ReduceOp op) {
+  all_reduce_async(send, recv, count, dtype, op).wait();
+}
+
+CommHandle Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
+                                              DType dtype, ReduceOp op) {
+  return issue({Collective::kReduceScatter, send, recv, recv_count, dtype, op, 0});
+}
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
+                                  ReduceOp op) {
+  reduce_scatter_async(send, recv, recv_count, dtype, op).wait();
+}
+
+CommHandle Communicator::all_gather_async(const void* send, void* recv, std::size_t send_count,
+                                          DType dtype) {
+  return issue({Collective::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0});
+}
+void Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) {
+  all_gather_async(send, recv, send_count, dtype).wait();
+}
+
+CommHandle Communicator::broadcast_async(const void* send, void* recv, std::size_t count,
+                                         DType dtype, int root) {
+  return issue({Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root});
+}
+void Communicator::broadcast(const void* send, void* recv, std::size_t count, DType dtype,
+                             int root) {
+  broadcast_async(send, recv, count, dtype, root).wait();
+}
+
+CommHandle Communicator::barrier_async() {
+  return issue({Collective::kBarrier, nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum, 0});
+}
+void Communicator::barrier() { barrier_async().wait(); }
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  ZERO_CHECK(color >= 0 || color == kNoColor, kInvalidArgument, "split color ", color,
+             " must be >= 0 or Communicator::kNoColor");
+  return split_impl(color, key);
+}
+
+}  // namespace zero

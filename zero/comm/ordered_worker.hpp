@@ -1,0 +1,102 @@
+// zero/comm/ordered_worker.hpp — one thread that runs a communicator's collectives in issue order.
+//
+// The in-process and MPI backends issue every collective to an OrderedWorker: submit() returns
+// at once with a Task; the worker thread runs the tasks one after the other (so several may be
+// in flight and they complete in issue order), and WorkerRequest turns a Task into the
+// CommHandle the caller waits on, with the communicator's deadline. What happens on a timeout
+// (abort the group, name the missing ranks) is the backend's, through a callback.
+//
+// Thread safety: submit() and stop() from the owning rank's thread; Task state is guarded by the
+// worker's mutex; waiting from any thread is safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "zero/comm.hpp"
+
+namespace zero::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds from now as a deadline, saturating (timeouts of 1e7 s must not overflow).
+Clock::time_point deadline_after(double seconds);
+
+class OrderedWorker {
+ public:
+  struct Task {
+    std::function<void()> run;
+    std::string what;  // the collective, for messages
+    bool done = false;
+    std::exception_ptr error;
+  };
+  // Queue and task state; shared with the thread and with outstanding requests, so neither a
+  // detached thread nor a handle that outlives its communicator touches freed memory.
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable work_cv;  // worker: a task was queued or stop was asked
+    std::condition_variable done_cv;  // waiters: a task finished
+    std::deque<std::shared_ptr<Task>> queue;
+    bool stopping = false;
+    bool exited = false;
+
+    // Waits until task is done or `deadline`; false on timeout. Rethrows the task's error.
+    bool wait_until(const Task& task, Clock::time_point deadline);
+    // True when done; rethrows the task's error.
+    bool test(const Task& task);
+  };
+
+  // `rank` is set as the thread's log rank.
+  explicit OrderedWorker(int rank);
+  // stop() with a generous grace period.
+  ~OrderedWorker();
+  OrderedWorker(const OrderedWorker&) = delete;
+  OrderedWorker& operator=(const OrderedWorker&) = delete;
+
+  std::shared_ptr<Task> submit(std::function<void()> fn, std::string what);
+  // Runs fn on the worker after everything queued and waits for it without a deadline; rethrows
+  // its exception. For setup steps (split) that are collectives themselves.
+  void run_sync(std::function<void()> fn, std::string what);
+  const std::shared_ptr<Shared>& shared() const { return shared_; }
+
+  // Lets the queue drain and joins the thread. When `give_up_after` passes first (the thread is
+  // stuck in a backend call that will never return) the thread is detached instead; it owns its
+  // state, so that is safe, and the process can still exit. Returns true when it was joined.
+  bool stop(std::chrono::duration<double> give_up_after);
+
+ private:
+  static void loop(std::shared_ptr<Shared> shared, int rank);
+  std::shared_ptr<Shared> shared_;
+  std::thread thread_;
+};
+
+// The CommRequest for a worker task. On timeout it calls on_timeout(task, timeout_s), which must
+// return the zero::Error to throw (after aborting whatever the backend aborts).
+class WorkerRequest final : public CommRequest {
+ public:
+  using TimeoutHandler = std::function<Error(const OrderedWorker::Task&, double timeout_s)>;
+  WorkerRequest(std::shared_ptr<OrderedWorker::Shared> worker,
+                std::shared_ptr<OrderedWorker::Task> task, double timeout_s,
+                TimeoutHandler on_timeout)
+      : worker_(std::move(worker)),
+        task_(std::move(task)),
+        timeout_s_(timeout_s),
+        on_timeout_(std::move(on_timeout)) {}
+  bool test() override { return worker_->test(*task_); }
+  void wait() override;
+
+ private:
+  std::shared_ptr<OrderedWorker::Shared> worker_;
+  std::shared_ptr<OrderedWorker::Task> task_;
+  double timeout_s_;
+  TimeoutHandler on_timeout_;
+};
+
+}  // namespace zero::detail

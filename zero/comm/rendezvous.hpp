@@ -1,0 +1,27 @@
+// zero/comm/rendezvous.hpp — hands a small blob (the NCCL unique id) from rank 0 to every rank
+// without MPI: over TCP (torchrun's MASTER_ADDR:MASTER_PORT) or through a shared file.
+//
+// Both wait at most `timeout_s` for the other side and throw zero::Error(kTimeout) naming the
+// address or path and the ranks still missing; kCommunication on a socket error, kIO on a file
+// error, kCorruption when the peer is not a zero rendezvous (wrong magic, short message).
+//
+// Thread safety: independent calls may run concurrently (tests run all ranks as threads).
+#pragma once
+
+#include <string>
+
+namespace zero::detail {
+
+// Rank 0 listens on `port` (all interfaces) and sends `blob` to each of the size - 1 ranks that
+// connect; the others connect to host:port (retrying until it listens) and return what rank 0
+// sent. Rank 0 returns `blob`. REQUIRES: 0 <= rank < size, 0 < port < 65536.
+std::string tcp_broadcast(const std::string& host, int port, int rank, int size,
+                          const std::string& blob, double timeout_s);
+
+// Rank 0 writes `blob` to `path` atomically (a temporary file, then rename); the others wait for
+// the file and read it. The path must not exist when rank 0 starts (a stale file from an earlier
+// job would hand out a stale id): rank 0 then throws kConfig naming it. Nobody removes the file.
+std::string file_broadcast(const std::string& path, int rank, const std::string& blob,
+                           double timeout_s);
+
+}  // namespace zero::detail

@@ -1,0 +1,481 @@
+// The in-process backend: N ranks as N threads sharing memory.
+//
+// Each rank's communicator runs its collectives on its own worker thread (OrderedWorker), so the
+// async forms overlap with the rank's compute and complete in issue order. A collective is three
+// steps on every rank's worker: post its arguments and meet at an entry barrier; do this rank's
+// share of the work straight from / into the other ranks' buffers; meet at an exit barrier (after
+// which no rank touches another's buffers, so the collective is complete everywhere).
+//
+// Work split (bandwidth-efficient for shared memory, no staging copies):
+//   reduce_scatter  rank r reduces shard r from every rank's send into its recv.
+//   all_reduce      rank r reduces piece r (count split into N balanced pieces) from every send
+//                   and writes the result into every rank's recv.
+//   all_gather      rank r copies every rank's send into its own recv.
+//   broadcast       rank r copies the root's send into its own recv.
+// Reductions visit ranks in the order 0..N-1 with an fp32 accumulator and round once, so every
+// element's value depends only on the inputs: all_reduce == reduce_scatter + all_gather bitwise.
+//
+// Failure: every group of one ThreadGroup (splits included) shares a World. The first failure (a
+// rank that threw, a timed-out wait, a rank that left) is recorded there and wakes every barrier
+// of every group, so the other ranks fail promptly with kRemoteFailure naming it. Only mutexes
+// and condition variables synchronise (no TBB, no lock-free tricks): the backend is TSan-clean.
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "zero/comm.hpp"
+#include "zero/comm/host_reduce.hpp"
+#include "zero/comm/ordered_worker.hpp"
+#include "zero/log.hpp"
+
+namespace zero {
+
+namespace {
+
+using detail::Clock;
+using detail::CollectiveArgs;
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += detail::cat(i == 0 ? "" : ",", ranks[i]);
+  return s + "}";
+}
+
+struct Group;
+
+// Shared by every group of one ThreadGroup: the first failure, and who to wake on it.
+struct World {
+  std::mutex mu;
+  std::atomic<bool> failed{false};
+  ErrorCode code = ErrorCode::kRemoteFailure;
+  int failed_rank = -1;  // world rank
+  std::string reason;
+  std::vector<std::weak_ptr<Group>> groups;
+
+  // Records the first failure and wakes every barrier. Later failures are consequences.
+  void fail(ErrorCode c, int world_rank, std::string why);
+  std::string failure() {
+    std::lock_guard lock(mu);
+    return reason;
+  }
+};
+
+// One communicator group: a reusable barrier, the posted arguments, split scratch.
+struct Group {
+  std::shared_ptr<World> world;
+  int n;
+  std::vector<int> world_ranks;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t generation = 0;
+  int arrived_count = 0;
+  std::vector<char> arrived;  // in the current generation
+  std::vector<char> left;     // the rank's communicator was destroyed
+  std::vector<char> taken;    // ThreadGroup::communicator() handed this rank out
+
+  // Written by rank r before the entry barrier, read by everyone until the exit barrier.
+  std::vector<CollectiveArgs> posted;
+  std::vector<std::pair<int, int>> split_keys;  // (color, key)
+  std::vector<std::shared_ptr<Group>> split_out;
+
+  Group(std::shared_ptr<World> w, std::vector<int> ranks)
+      : world(std::move(w)),
+        n(static_cast<int>(ranks.size())),
+        world_ranks(std::move(ranks)),
+        arrived(n, 0),
+        left(n, 0),
+        taken(n, 0),
+        posted(n),
+        split_keys(n),
+        split_out(n) {}
+
+  [[noreturn]] void throw_failed(const std::string& what) {
+    ZERO_THROW(kRemoteFailure, what, ": ", world->failure());
+  }
+
+  void check_failed(const std::string& what) {
+    if (world->failed.load(std::memory_order_acquire)) throw_failed(what);
+  }
+
+  // Ranks (world numbering) that have not reached the current barrier generation.
+  std::vector<int> missing_locked() const {
+    std::vector<int> out;
+    for (int q = 0; q < n; ++q) {
+      if (!arrived[q]) out.push_back(world_ranks[q]);
+    }
+    return out;
+  }
+  std::vector<int> missing() {
+    std::lock_guard lock(mu);
+    return missing_locked();
+  }
+
+  int left_before_arriving_locked() const {
+    for (int q = 0; q < n; ++q) {
+      if (left[q] && !arrived[q]) return q;
+    }
+    return -1;
+  }
+
+  // The reusable barrier every collective step meets at. Throws kRemoteFailure when the world
+  // failed or a rank left without arriving, kTimeout when `timeout_s` passes.
+  void arrive_and_wait(int r, double timeout_s, const std::string& what) {
+    std::unique_lock lock(mu);
+    if (world->failed.load(std::memory_order_acquire)) {
+      lock.unlock();
+      throw_failed(what);
+    }
+    arrived[r] = 1;
+    if (++arrived_count == n) {
+      arrived_count = 0;
+      std::fill(arrived.begin(), arrived.end(), 0);
+      ++generation;
+      cv.notify_all();
+      return;
+    }
+    const std::uint64_t my_generation = generation;
+    const auto deadline = detail::deadline_after(timeout_s);
+    const bool released = cv.wait_until(lock, deadline, [&] {
+      return generation != my_generation || world->failed.load(std::memory_order_acquire) ||
+             left_before_arriving_locked() >= 0;
+    });
+    if (generation != my_generation) return;
+    if (world->failed.load(std::memory_order_acquire)) {
+      lock.unlock();
+      throw_failed(what);
+    }
+    if (const int q = left_before_arriving_locked(); released && q >= 0) {
+      const std::string why = detail::cat(
+          "rank ", world_ranks[q], " left (its communicator was destroyed",
+          left[q] == 2 ? " while an exception unwound its stack" : "", ") before joining ", what);
+      lock.unlock();
+      world->fail(ErrorCode::kRemoteFailure, world_ranks[q], why);
+      ZERO_THROW(kRemoteFailure, what, ": ", why);
+    }
+    const std::string missing_ranks = rank_list(missing_locked());
+    lock.unlock();
+    const std::string why = detail::cat("rank ", world_ranks[r], " timed out after ", timeout_s,
+                                        " s in ", what, " waiting for ranks ", missing_ranks);
+    world->fail(ErrorCode::kTimeout, world_ranks[r], why);
+    ZERO_THROW(kTimeout, why);
+  }
+
+  // `unwinding`: the communicator was destroyed by an exception (1 = normal exit, 2 = unwinding).
+  void leave(int r, bool unwinding) {
+    std::lock_guard lock(mu);
+    left[r] = unwinding ? 2 : 1;
+    cv.notify_all();
+  }
+};
+
+void World::fail(ErrorCode c, int world_rank, std::string why) {
+  std::vector<std::shared_ptr<Group>> to_wake;
+  {
+    std::lock_guard lock(mu);
+    if (failed.load(std::memory_order_relaxed)) return;
+    code = c;
+    failed_rank = world_rank;
+    reason = std::move(why);
+    failed.store(true, std::memory_order_release);
+    for (auto& g : groups) {
+      if (auto p = g.lock()) to_wake.push_back(std::move(p));
+    }
+  }
+  // Taking each group's mutex before notifying: a waiter has either seen `failed` or is asleep.
+  for (auto& g : to_wake) {
+    std::lock_guard lock(g->mu);
+    g->cv.notify_all();
+  }
+}
+
+std::shared_ptr<Group> make_group(const std::shared_ptr<World>& world, std::vector<int> ranks) {
+  auto g = std::make_shared<Group>(world, std::move(ranks));
+  std::lock_guard lock(world->mu);
+  std::erase_if(world->groups, [](const std::weak_ptr<Group>& w) { return w.expired(); });
+  world->groups.push_back(g);
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The work of one rank in one collective (between the barriers)
+
+char* elem_ptr(void* base, std::size_t elements, DType t) {
+  return static_cast<char*>(base) + elements * dtype_size(t);
+}
+
+// Reduces elements [begin, end) of every rank's send and stores the result at dst_offset
+// (elements) of every target buffer.
+void reduce_range(const Group& g, DType dtype, ReduceOp op, std::size_t begin, std::size_t end,
+                  void* const* targets, int n_targets, std::size_t dst_offset) {
+  std::vector<const void*> srcs(g.n);
+  for (int q = 0; q < g.n; ++q) srcs[q] = g.posted[q].send;
+  std::vector<float> buffers(2 * detail::kReduceBlock);
+  float* acc = buffers.data();
+  float* scratch = acc + detail::kReduceBlock;
+  std::vector<std::uint16_t> narrow(dtype == DType::kF32 ? 0 : detail::kReduceBlock);
+  for (std::size_t i = begin; i < end; i += detail::kReduceBlock) {
+    const std::size_t len = std::min(detail::kReduceBlock, end - i);
+    detail::reduce_block(srcs.data(), g.n, i, len, dtype, op, acc, scratch);
+    const void* result = acc;
+    if (dtype != DType::kF32) {
+      convert(acc, DType::kF32, narrow.data(), dtype, len);
+      result = narrow.data();
+    }
+    for (int t = 0; t < n_targets; ++t) {
+      std::memcpy(elem_ptr(targets[t], dst_offset + (i - begin), dtype), result,
+                  len * dtype_size(dtype));
+    }
+  }
+}
+
+void check_same_collective(const Group& g, const std::string& what) {
+  const CollectiveArgs& a = g.posted[0];
+  for (int q = 1; q < g.n; ++q) {
+    const CollectiveArgs& b = g.posted[q];
+    const bool same = a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
+                      (a.kind == Collective::kAllGather || a.kind == Collective::kBroadcast ||
+                       a.kind == Collective::kBarrier || a.op == b.op) &&
+                      (a.kind != Collective::kBroadcast || a.root == b.root);
+    ZERO_CHECK(same, kInvalidArgument, what, ": ranks disagree on the collective: rank ",
+               g.world_ranks[0], " issued ", to_string(a.kind), "(", a.count, " x ",
+               to_string(a.dtype), ", ", to_string(a.op), ", root ", a.root, "), rank ",
+               g.world_ranks[q], " issued ", to_string(b.kind), "(", b.count, " x ",
+               to_string(b.dtype), ", ", to_string(b.op), ", root ", b.root, ")");
+  }
+}
+
+void do_share(const Group& g, int r, const CollectiveArgs& a) {
+  const std::size_t n = static_cast<std::size_t>(g.n);
+  const DType t = a.dtype;
+  const std::size_t es = dtype_size(t);
+  switch (a.kind) {
+    case Collective::kReduceScatter: {
+      void* target = a.recv;
+      reduce_range(g, t, a.op, r * a.count, (r + 1) * a.count, &target, 1, 0);
+      break;
+    }
+    case Collective::kAllReduce: {
+      const std::size_t base = a.count / n;
+      const std::size_t rem = a.count % n;
+      const std::size_t begin = r * base + std::min<std::size_t>(r, rem);
+      const std::size_t end = begin + base + (static_cast<std::size_t>(r) < rem ? 1 : 0);
+      std::vector<void*> targets(n);
+      for (std::size_t q = 0; q < n; ++q) targets[q] = g.posted[q].recv;
+      reduce_range(g, t, a.op, begin, end, targets.data(), g.n, begin);
+      break;
+    }
+    case Collective::kAllGather:
+      for (std::size_t q = 0; q < n; ++q) {
+        char* dst = elem_ptr(a.recv, q * a.count, t);
+        if (dst != g.posted[q].send && a.count > 0) {
+          std::memcpy(dst, g.posted[q].send, a.count * es);
+        }
+      }
+      break;
+    case Collective::kBroadcast: {
+      const void* src = g.posted[a.root].send;
+      if (a.recv != src && a.count > 0) std::memcpy(a.recv, src, a.count * es);
+      break;
+    }
+    case Collective::kBarrier: break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The communicator of one rank
+
+class ThreadCommunicator final : public Communicator {
+ public:
+  ThreadCommunicator(std::shared_ptr<Group> group, int rank, double timeout_s)
+      : Communicator(rank, group->n, group->world_ranks, timeout_s),
+        group_(std::move(group)),
+        worker_(group_->world_ranks[rank]) {}
+
+  ~ThreadCommunicator() override {
+    // Queued collectives still run (each fails fast if the group has failed); then the rank
+    // leaves, so peers waiting for it at a later collective fail instead of hanging.
+    worker_.stop(std::chrono::hours(24 * 365));
+    group_->leave(rank(), std::uncaught_exceptions() > 0);
+  }
+
+  std::string_view backend() const noexcept override { return "thread"; }
+
+ protected:
+  CommHandle start(const CollectiveArgs& args) override {
+    std::string what = describe(args);
+    group_->check_failed(what);
+    const double timeout = timeout_s();
+    auto task = worker_.submit(
+        [g = group_, r = rank(), args, what, timeout] {
+          g->check_failed(what);
+          g->posted[r] = args;
+          g->arrive_and_wait(r, timeout, what);
+          std::exception_ptr error;
+          try {
+            check_same_collective(*g, what);
+            do_share(*g, r, args);
+          } catch (...) {
+            error = std::current_exception();
+          }
+          g->arrive_and_wait(r, timeout, what);
+          if (error) std::rethrow_exception(error);
+        },
+        what);
+    return CommHandle(std::make_unique<detail::WorkerRequest>(
+        worker_.shared(), std::move(task), timeout,
+        [g = group_, r = rank()](const detail::OrderedWorker::Task& t, double s) {
+          const std::string why =
+              detail::cat("rank ", g->world_ranks[r], " timed out after ", s, " s in ", t.what,
+                          "; ranks not at the collective: ", rank_list(g->missing()));
+          g->world->fail(ErrorCode::kTimeout, g->world_ranks[r], why);
+          return Error(ErrorCode::kTimeout, why, __FILE__, __LINE__);
+        }));
+  }
+
+  std::unique_ptr<Communicator> split_impl(int color, int key) override {
+    std::shared_ptr<Group> child;
+    int child_rank = -1;
+    const std::string what =
+        detail::cat("split(color ", color, ", key ", key, ") of ranks ", rank_list(world_ranks()));
+    const double timeout = timeout_s();
+    worker_.run_sync(
+        [&, g = group_, r = rank()] {
+          g->check_failed(what);
+          g->split_keys[r] = {color, key};
+          g->arrive_and_wait(r, timeout, what);
+          // Members of my color ordered by (key, rank); the first creates the shared group.
+          std::vector<int> members;
+          if (color != kNoColor) {
+            for (int q = 0; q < g->n; ++q) {
+              if (g->split_keys[q].first == color) members.push_back(q);
+            }
+            std::stable_sort(members.begin(), members.end(), [&](int x, int y) {
+              return g->split_keys[x].second < g->split_keys[y].second;
+            });
+            if (members.front() == r) {
+              std::vector<int> ranks;
+              for (int q : members) ranks.push_back(g->world_ranks[q]);
+              g->split_out[r] = make_group(g->world, std::move(ranks));
+            }
+          }
+          g->arrive_and_wait(r, timeout, what);
+          if (color != kNoColor) {
+            child = g->split_out[members.front()];
+            child_rank =
+                static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+          }
+          g->arrive_and_wait(r, timeout, what);
+          if (!members.empty() && members.front() == r) g->split_out[r].reset();  // all took it
+        },
+        what);
+    if (!child) return nullptr;
+    return std::make_unique<ThreadCommunicator>(std::move(child), child_rank, timeout);
+  }
+
+ private:
+  std::shared_ptr<Group> group_;
+  detail::OrderedWorker worker_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ThreadGroup
+
+struct ThreadGroup::State {
+  std::shared_ptr<World> world;
+  std::shared_ptr<Group> group;
+  double timeout_s;
+};
+
+ThreadGroup::ThreadGroup(int size, double timeout_s) {
+  ZERO_CHECK(size >= 1, kInvalidArgument, "ThreadGroup size must be >= 1, got ", size);
+  ZERO_CHECK(timeout_s > 0, kInvalidArgument, "ThreadGroup timeout must be > 0 s, got ", timeout_s);
+  state_ = std::make_shared<State>();
+  state_->world = std::make_shared<World>();
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  state_->group = make_group(state_->world, std::move(ranks));
+  state_->timeout_s = timeout_s;
+}
+
+ThreadGroup::~ThreadGroup() = default;
+ThreadGroup::ThreadGroup(ThreadGroup&&) noexcept = default;
+ThreadGroup& ThreadGroup::operator=(ThreadGroup&&) noexcept = default;
+
+int ThreadGroup::size() const noexcept { return state_ ? state_->group->n : 0; }
+
+std::unique_ptr<Communicator> ThreadGroup::communicator(int rank) {
+  ZERO_CHECK(state_ != nullptr, kInvalidArgument, "ThreadGroup was moved from");
+  Group& g = *state_->group;
+  ZERO_CHECK(rank >= 0 && rank < g.n, kInvalidArgument, "ThreadGroup rank ", rank,
+             " is out of range for size ", g.n);
+  {
+    std::lock_guard lock(g.mu);
+    ZERO_CHECK(!g.taken[rank], kInvalidArgument, "ThreadGroup rank ", rank,
+               "'s communicator was already taken");
+    g.taken[rank] = 1;
+  }
+  return std::make_unique<ThreadCommunicator>(state_->group, rank, state_->timeout_s);
+}
+
+void ThreadGroup::fail(int rank, std::string_view what) {
+  ZERO_CHECK(state_ != nullptr, kInvalidArgument, "ThreadGroup was moved from");
+  state_->world->fail(ErrorCode::kRemoteFailure, rank,
+                      detail::cat("rank ", rank, " failed: ", what));
+}
+
+void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, double timeout_s) {
+  ThreadGroup group(size, timeout_s);
+  std::vector<std::exception_ptr> errors(size);
+  auto rank_main = [&](int r) {
+    set_log_rank(r);
+    // The communicator outlives the catch: the group learns of the failure (with its message)
+    // before this rank leaves it.
+    std::unique_ptr<Communicator> comm;
+    try {
+      comm = group.communicator(r);
+      fn(*comm);
+    } catch (...) {
+      errors[r] = std::current_exception();
+      std::string what = "unknown exception";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      group.fail(r, what);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(size);
+  std::exception_ptr spawn_error;
+  for (int r = 0; r < size; ++r) {
+    try {
+      threads.emplace_back(rank_main, r);
+    } catch (...) {
+      spawn_error = std::current_exception();
+      group.fail(r, "could not start the rank thread");
+      break;
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (spawn_error) std::rethrow_exception(spawn_error);
+  // The root cause is the rank that failed first; the others' errors are consequences.
+  int first = -1;
+  {
+    std::lock_guard lock(group.state_->world->mu);
+    first = group.state_->world->failed_rank;
+  }
+  if (first >= 0 && first < size && errors[first]) std::rethrow_exception(errors[first]);
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace zero
