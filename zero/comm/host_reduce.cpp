@@ -1,7 +1,15 @@
 #include "zero/comm/host_reduce.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
+#define ZERO_HAVE_SSE2_STREAM 1
+#else
+#define ZERO_HAVE_SSE2_STREAM 0
+#endif
 
 namespace zero::detail {
 
@@ -18,6 +26,11 @@ inline void max_into(float* __restrict acc, const float* __restrict x, std::size
     const float b = x[i];
     acc[i] = (b > a || b != b) ? b : a;
   }
+}
+
+inline void sum_pair(float* __restrict acc, const float* __restrict a, const float* __restrict b,
+                     std::size_t len) {
+  for (std::size_t i = 0; i < len; ++i) acc[i] = a[i] + b[i];
 }
 
 inline void apply(float* acc, const float* x, std::size_t len, ReduceOp op) {
@@ -37,8 +50,16 @@ const char* byte_at(const void* p, std::size_t elements, DType t) {
 void reduce_block(const void* const* srcs, int n, std::size_t offset, std::size_t len, DType dtype,
                   ReduceOp op, float* acc, float* scratch) {
   if (dtype == DType::kF32) {
-    std::memcpy(acc, byte_at(srcs[0], offset, dtype), len * sizeof(float));
-    for (int s = 1; s < n; ++s) {
+    const float* s0 = reinterpret_cast<const float*>(byte_at(srcs[0], offset, dtype));
+    if (n >= 2 && op != ReduceOp::kMax) {  // first pair fused: one pass less over acc
+      const float* s1 = reinterpret_cast<const float*>(byte_at(srcs[1], offset, dtype));
+      sum_pair(acc, s0, s1, len);
+    } else {
+      std::memcpy(acc, s0, len * sizeof(float));
+      if (n >= 2)
+        apply(acc, reinterpret_cast<const float*>(byte_at(srcs[1], offset, dtype)), len, op);
+    }
+    for (int s = 2; s < n; ++s) {
       apply(acc, reinterpret_cast<const float*>(byte_at(srcs[s], offset, dtype)), len, op);
     }
   } else {
@@ -85,6 +106,42 @@ void divide_by(void* buf, std::size_t len, DType dtype, float divisor) {
     for (std::size_t i = 0; i < m; ++i) a[i] /= divisor;
     convert(a, DType::kF32, p, dtype, m);
   }
+}
+
+void copy_out(void* dst, const void* src, std::size_t bytes, bool streaming) {
+#if ZERO_HAVE_SSE2_STREAM
+  if (streaming && bytes >= 256) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    // Head up to 16-byte alignment of the destination, then 64 bytes per step, then the tail.
+    const std::size_t head = (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    std::size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    std::memcpy(d + i, s + i, bytes - i);
+    return;
+  }
+#endif
+  (void)streaming;
+  std::memcpy(dst, src, bytes);
+}
+
+void stream_fence() {
+#if ZERO_HAVE_SSE2_STREAM
+  _mm_sfence();
+#endif
 }
 
 }  // namespace zero::detail

@@ -31,4 +31,15 @@ void combine(const void* in, void* inout, std::size_t len, DType dtype, ReduceOp
 // buf[i] /= divisor in fp32 (then rounded once for 16-bit types).
 void divide_by(void* buf, std::size_t len, DType dtype, float divisor);
 
+// Copies `bytes` from src to dst. With `streaming`, the stores bypass the cache (SSE2
+// non-temporal stores, baseline x86-64): for results nobody reads soon this saves the
+// read-for-ownership of every destination line, a third of a copy's memory traffic. Streaming
+// stores are weakly ordered: call stream_fence() before another thread may read dst.
+void copy_out(void* dst, const void* src, std::size_t bytes, bool streaming);
+void stream_fence();
+
+// Results larger than this (bytes written by one rank in one collective) are stored streaming:
+// well beyond the L2 cache, so they would be evicted before anyone reads them anyway.
+inline constexpr std::size_t kStreamingThreshold = std::size_t{4} << 20;
+
 }  // namespace zero::detail

@@ -1,6 +1,7 @@
 #include "zero/comm/ordered_worker.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "zero/log.hpp"
 
@@ -14,16 +15,17 @@ Clock::time_point deadline_after(double seconds) {
 }
 
 bool OrderedWorker::Shared::wait_until(const Task& task, Clock::time_point deadline) {
+  spin_until([&] { return task.done.load(std::memory_order_acquire); });
   std::unique_lock lock(mu);
-  if (!done_cv.wait_until(lock, deadline, [&] { return task.done; })) return false;
+  if (!done_cv.wait_until(lock, deadline, [&] { return task.done.load(); })) return false;
   if (task.error) std::rethrow_exception(task.error);
   return true;
 }
 
 bool OrderedWorker::Shared::test(const Task& task) {
-  std::lock_guard lock(mu);
-  if (task.done && task.error) std::rethrow_exception(task.error);
-  return task.done;
+  if (!task.done.load(std::memory_order_acquire)) return false;
+  if (task.error) std::rethrow_exception(task.error);  // written before done was released
+  return true;
 }
 
 OrderedWorker::OrderedWorker(int rank) : shared_(std::make_shared<Shared>()) {
@@ -36,10 +38,18 @@ void OrderedWorker::loop(std::shared_ptr<Shared> shared, int rank) {
   set_log_rank(rank);
   std::unique_lock lock(shared->mu);
   for (;;) {
-    shared->work_cv.wait(lock, [&] { return shared->stopping || !shared->queue.empty(); });
+    if (shared->queue.empty() && !shared->stopping.load()) {
+      lock.unlock();
+      spin_until([&] {
+        return shared->queued.load(std::memory_order_acquire) > 0 || shared->stopping.load();
+      });
+      lock.lock();
+    }
+    shared->work_cv.wait(lock, [&] { return shared->stopping.load() || !shared->queue.empty(); });
     if (shared->queue.empty()) break;  // stopping and drained
     std::shared_ptr<Task> task = std::move(shared->queue.front());
     shared->queue.pop_front();
+    shared->queued.store(shared->queue.size(), std::memory_order_relaxed);
     lock.unlock();
     std::exception_ptr error;
     try {
@@ -50,7 +60,7 @@ void OrderedWorker::loop(std::shared_ptr<Shared> shared, int rank) {
     task->run = nullptr;  // drop captured state (buffers, shared pointers) promptly
     lock.lock();
     task->error = error;
-    task->done = true;
+    task->done.store(true, std::memory_order_release);
     shared->done_cv.notify_all();
   }
   shared->exited = true;
@@ -67,6 +77,7 @@ std::shared_ptr<OrderedWorker::Task> OrderedWorker::submit(std::function<void()>
     ZERO_CHECK(!shared_->stopping, kInternal, "collective ", task->what,
                " issued on a communicator that is shutting down");
     shared_->queue.push_back(task);
+    shared_->queued.store(shared_->queue.size(), std::memory_order_release);
   }
   shared_->work_cv.notify_one();
   return task;

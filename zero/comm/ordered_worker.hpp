@@ -7,9 +7,10 @@
 // (abort the group, name the missing ranks) is the backend's, through a callback.
 //
 // Thread safety: submit() and stop() from the owning rank's thread; Task state is guarded by the
-// worker's mutex; waiting from any thread is safe.
+// worker's mutex (done is also atomic, for polling); waiting from any thread is safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -26,6 +27,21 @@ namespace zero::detail {
 
 using Clock = std::chrono::steady_clock;
 
+// How long the worker and a waiter poll (yielding) before sleeping on a condition variable: a
+// hand-off through a sleeping thread costs tens of microseconds, which small collectives notice.
+inline constexpr std::chrono::microseconds kSpinBeforeSleep{100};
+
+// Polls `ready` for up to kSpinBeforeSleep, yielding the core between looks; returns ready().
+template <typename Pred>
+bool spin_until(Pred ready) {
+  const auto until = Clock::now() + kSpinBeforeSleep;
+  do {
+    if (ready()) return true;
+    std::this_thread::yield();
+  } while (Clock::now() < until);
+  return ready();
+}
+
 // Seconds from now as a deadline, saturating (timeouts of 1e7 s must not overflow).
 Clock::time_point deadline_after(double seconds);
 
@@ -33,8 +49,8 @@ class OrderedWorker {
  public:
   struct Task {
     std::function<void()> run;
-    std::string what;  // the collective, for messages
-    bool done = false;
+    std::string what;               // the collective, for messages
+    std::atomic<bool> done{false};  // set (release) after error, under the mutex
     std::exception_ptr error;
   };
   // Queue and task state; shared with the thread and with outstanding requests, so neither a
@@ -44,7 +60,8 @@ class OrderedWorker {
     std::condition_variable work_cv;  // worker: a task was queued or stop was asked
     std::condition_variable done_cv;  // waiters: a task finished
     std::deque<std::shared_ptr<Task>> queue;
-    bool stopping = false;
+    std::atomic<std::size_t> queued{0};  // queue.size(), readable without the mutex
+    std::atomic<bool> stopping{false};
     bool exited = false;
 
     // Waits until task is done or `deadline`; false on timeout. Rethrows the task's error.

@@ -72,6 +72,7 @@ struct Group {
   std::mutex mu;
   std::condition_variable cv;
   std::uint64_t generation = 0;
+  std::atomic<std::uint64_t> released_generation{0};  // == generation, for polling
   int arrived_count = 0;
   std::vector<char> arrived;  // in the current generation
   std::vector<char> left;     // the rank's communicator was destroyed
@@ -134,10 +135,18 @@ struct Group {
       arrived_count = 0;
       std::fill(arrived.begin(), arrived.end(), 0);
       ++generation;
+      released_generation.store(generation, std::memory_order_release);
       cv.notify_all();
       return;
     }
     const std::uint64_t my_generation = generation;
+    // Poll briefly before sleeping: the others are often microseconds behind.
+    lock.unlock();
+    detail::spin_until([&] {
+      return released_generation.load(std::memory_order_acquire) != my_generation ||
+             world->failed.load(std::memory_order_acquire);
+    });
+    lock.lock();
     const auto deadline = detail::deadline_after(timeout_s);
     const bool released = cv.wait_until(lock, deadline, [&] {
       return generation != my_generation || world->failed.load(std::memory_order_acquire) ||
@@ -217,6 +226,8 @@ void reduce_range(const Group& g, DType dtype, ReduceOp op, std::size_t begin, s
   float* acc = buffers.data();
   float* scratch = acc + detail::kReduceBlock;
   std::vector<std::uint16_t> narrow(dtype == DType::kF32 ? 0 : detail::kReduceBlock);
+  const bool streaming =
+      (end - begin) * dtype_size(dtype) * n_targets >= detail::kStreamingThreshold;
   for (std::size_t i = begin; i < end; i += detail::kReduceBlock) {
     const std::size_t len = std::min(detail::kReduceBlock, end - i);
     detail::reduce_block(srcs.data(), g.n, i, len, dtype, op, acc, scratch);
@@ -226,10 +237,11 @@ void reduce_range(const Group& g, DType dtype, ReduceOp op, std::size_t begin, s
       result = narrow.data();
     }
     for (int t = 0; t < n_targets; ++t) {
-      std::memcpy(elem_ptr(targets[t], dst_offset + (i - begin), dtype), result,
-                  len * dtype_size(dtype));
+      detail::copy_out(elem_ptr(targets[t], dst_offset + (i - begin), dtype), result,
+                       len * dtype_size(dtype), streaming);
     }
   }
+  if (streaming) detail::stream_fence();  // before the exit barrier publishes the results
 }
 
 void check_same_collective(const Group& g, const std::string& what) {
