@@ -116,7 +116,9 @@ ZERO_HD inline void sgd_momentum_update(const StepScalars& s, float grad, float&
 }
 
 // sign(c) as torch.sign: +1, -1, 0 for +-0; NaN stays NaN (c * 0).
-ZERO_HD inline float sign_of(float c) { return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : mul(c, 0.0f)); }
+ZERO_HD inline float sign_of(float c) {
+  return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : mul(c, 0.0f));
+}
 
 // ---- Lion: Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"
 // (arXiv:2302.06675) Program 1:

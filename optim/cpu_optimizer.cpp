@@ -1,0 +1,199 @@
+// CpuOptimizer: argument checks, ISA choice and the oneTBB split of a shard into blocks.
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/parallel_reduce.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "optim/cpu_kernels.hpp"
+#include "zero/error.hpp"
+#include "zero/optimizer.hpp"
+
+namespace zero {
+
+namespace {
+
+using detail::optim::BlockArgs;
+using detail::optim::BlockFn;
+using detail::optim::Copy;
+using detail::optim::SumsqFn;
+
+constexpr std::size_t kDefaultBlock = 65536;  // elements; 1.8 MB of Adam traffic per task
+
+bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+void check_array(const void* p, DType t, const char* what) {
+  ZERO_CHECK(p != nullptr, kInvalidArgument, "optimizer step: ", what, " is null");
+  ZERO_CHECK(aligned(p, dtype_size(t)), kInvalidArgument, "optimizer step: ", what, " (", p,
+             ") is not aligned to its element size ", dtype_size(t));
+}
+
+}  // namespace
+
+struct CpuOptimizer::Impl {
+  Isa isa = Isa::kScalar;
+  bool native_bf16 = false;
+  int threads = 0;
+  std::size_t block = kDefaultBlock;
+  std::unique_ptr<tbb::task_arena> arena;
+
+  // Runs fn(begin, end) over [0, n) in blocks of `block`, one oneTBB task per block (simple
+  // partitioner, grain 1: an idle thread steals blocks from a busy one).
+  template <typename Fn>
+  void for_blocks(std::size_t n, const Fn& fn) const {
+    const std::size_t nblocks = (n + block - 1) / block;
+    if (nblocks <= 1) {
+      fn(std::size_t{0}, n);
+      return;
+    }
+    auto work = [&] {
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, nblocks, 1),
+          [&](const tbb::blocked_range<std::size_t>& r) {
+            for (std::size_t b = r.begin(); b != r.end(); ++b) {
+              const std::size_t begin = b * block;
+              fn(begin, begin + block < n ? begin + block : n);
+            }
+          },
+          tbb::simple_partitioner());
+    };
+    if (arena) {
+      arena->execute(work);
+    } else {
+      work();
+    }
+  }
+};
+
+CpuOptimizer::CpuOptimizer(CpuExecOptions options) : impl_(std::make_unique<Impl>()) {
+  const Isa isa = options.isa ? *options.isa : best_isa();
+  ZERO_CHECK(isa_supported(isa), kInvalidArgument, "CpuOptimizer: ISA ", to_string(isa),
+             " is not supported by this CPU");
+  ZERO_CHECK(options.threads >= 0, kInvalidArgument, "CpuOptimizer: threads = ", options.threads,
+             " must be >= 0 (0: the caller's arena)");
+  ZERO_CHECK(options.block_elems % 64 == 0, kInvalidArgument,
+             "CpuOptimizer: block_elems = ", options.block_elems,
+             " must be a multiple of 64 (0: default)");
+  impl_->isa = isa;
+  impl_->native_bf16 = isa == Isa::kAvx512 && cpu_features().avx512_bf16;
+  impl_->threads = options.threads;
+  impl_->block = options.block_elems == 0 ? kDefaultBlock : options.block_elems;
+  if (options.threads > 0) {
+    impl_->arena = std::make_unique<tbb::task_arena>(options.threads);
+  }
+}
+
+CpuOptimizer::~CpuOptimizer() = default;
+CpuOptimizer::CpuOptimizer(CpuOptimizer&&) noexcept = default;
+CpuOptimizer& CpuOptimizer::operator=(CpuOptimizer&&) noexcept = default;
+
+Isa CpuOptimizer::isa() const noexcept { return impl_->isa; }
+int CpuOptimizer::threads() const noexcept { return impl_->threads; }
+std::size_t CpuOptimizer::block_elems() const noexcept { return impl_->block; }
+
+void CpuOptimizer::step(const OptimizerParams& params, const ShardRef& shard, std::int64_t step,
+                        float grad_scale) const {
+  const detail::optim::StepScalars sc = detail::optim::make_step_scalars(params, step, grad_scale);
+  if (shard.count == 0) return;
+  check_array(shard.master, DType::kF32, "master");
+  check_array(shard.grad, shard.grad_dtype, "grad");
+  const DType st = params.state_dtype();
+  const int ns = params.num_states();
+  for (int k = 0; k < ns; ++k) {
+    check_array(shard.state[k], st, k == 0 ? "state[0]" : "state[1]");
+  }
+  Copy copy = Copy::kNone;
+  if (shard.param_copy != nullptr) {
+    ZERO_CHECK(shard.param_copy_dtype != DType::kF32, kInvalidArgument,
+               "optimizer step: param_copy_dtype must be bf16 or f16 (the f32 master is the "
+               "f32 copy)");
+    check_array(shard.param_copy, shard.param_copy_dtype, "param_copy");
+    copy = shard.param_copy_dtype == DType::kBF16 ? Copy::kBF16 : Copy::kF16;
+  }
+
+  const detail::optim::Rule rule = detail::optim::rule_of(params);
+  BlockFn fn = nullptr;
+  switch (impl_->isa) {
+    case Isa::kAvx512:
+      fn = detail::optim::select_avx512(rule, shard.grad_dtype, st, copy, impl_->native_bf16);
+      break;
+    case Isa::kAvx2: fn = detail::optim::select_avx2(rule, shard.grad_dtype, st, copy); break;
+    case Isa::kScalar: fn = detail::optim::select_scalar(rule, shard.grad_dtype, st, copy); break;
+  }
+  ZERO_CHECK(fn != nullptr, kInternal, "optimizer step: no block function for ",
+             to_string(params.type), " grad ", to_string(shard.grad_dtype), " state ",
+             to_string(st));
+
+  BlockArgs args;
+  args.p = shard.master;
+  args.copy = shard.param_copy;
+  args.g = shard.grad;
+  args.s0 = ns > 0 ? shard.state[0] : nullptr;
+  args.s1 = ns > 1 ? shard.state[1] : nullptr;
+  args.sc = sc;
+  impl_->for_blocks(shard.count, [&](std::size_t begin, std::size_t end) { fn(args, begin, end); });
+}
+
+void CpuOptimizer::init_state(const OptimizerParams& params, const ShardRef& shard) const {
+  params.validate();
+  if (shard.count == 0) return;
+  const DType st = params.state_dtype();
+  const int ns = params.num_states();
+  for (int k = 0; k < ns; ++k) {
+    check_array(shard.state[k], st, k == 0 ? "state[0]" : "state[1]");
+  }
+  const std::size_t esize = dtype_size(st);
+  impl_->for_blocks(shard.count, [&](std::size_t begin, std::size_t end) {
+    for (int k = 0; k < ns; ++k) {
+      std::memset(static_cast<char*>(shard.state[k]) + begin * esize, 0, (end - begin) * esize);
+    }
+  });
+}
+
+GradStats CpuOptimizer::grad_stats(const void* grad, DType dtype, std::size_t count) const {
+  GradStats out;
+  if (count == 0) return out;
+  ZERO_CHECK(grad != nullptr, kInvalidArgument, "grad_stats: grad is null for ", count,
+             " elements");
+  ZERO_CHECK(aligned(grad, dtype_size(dtype)), kInvalidArgument, "grad_stats: grad (", grad,
+             ") is not aligned to its element size ", dtype_size(dtype));
+  SumsqFn fn = nullptr;
+  switch (impl_->isa) {
+    case Isa::kAvx512: fn = detail::optim::sumsq_avx512(dtype); break;
+    case Isa::kAvx2: fn = detail::optim::sumsq_avx2(dtype); break;
+    case Isa::kScalar: fn = detail::optim::sumsq_scalar(dtype); break;
+  }
+  ZERO_CHECK(fn != nullptr, kInvalidArgument, "grad_stats: unsupported dtype");
+  const std::size_t block = impl_->block;
+  const std::size_t nblocks = (count + block - 1) / block;
+  auto block_sum = [&](std::size_t b) {
+    const std::size_t begin = b * block;
+    return fn(grad, begin, begin + block < count ? begin + block : count);
+  };
+  double sum = 0.0;
+  if (nblocks <= 1) {
+    sum = block_sum(0);
+  } else {
+    // Deterministic reduce: the split tree depends only on nblocks, so the sum does not depend
+    // on the thread count or on which thread ran which block.
+    auto work = [&] {
+      return tbb::parallel_deterministic_reduce(
+          tbb::blocked_range<std::size_t>(0, nblocks, 1), 0.0,
+          [&](const tbb::blocked_range<std::size_t>& r, double acc) {
+            for (std::size_t b = r.begin(); b != r.end(); ++b) acc += block_sum(b);
+            return acc;
+          },
+          [](double a, double b) { return a + b; }, tbb::simple_partitioner());
+    };
+    sum = impl_->arena ? impl_->arena->execute(work) : work();
+  }
+  out.sum_squares = sum;
+  out.non_finite = !std::isfinite(sum);
+  return out;
+}
+
+}  // namespace zero
