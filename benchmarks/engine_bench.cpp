@@ -1,0 +1,161 @@
+// bench_engine — step time of each ZeRO stage over stage 0 on the same model in the same run,
+// and bytes communicated per step over the theory (DESIGN.md: 2Ψ for stages 0-2, 3Ψ for 3).
+//
+//   ./bench_engine [--benchmark_filter=...]
+//
+// The model: `units` units of `elems` bf16 parameters each (AdamW, fp32 master and moments),
+// N = 2 in-process ranks. The trainer is synthetic and memory-bound on purpose: its forward
+// reads every parameter of a unit once (a sum), its backward writes every gradient once (a copy
+// of a prepared random buffer), so the figure is the engine's overhead with nothing to hide it
+// behind — a real model's matmuls only make the ratios smaller.
+//
+// Each benchmark alternates stage 0 and stage k (A/B, `rounds` times, `steps` steps each) and
+// reports the ratio of the medians measured in the same run. Counters:
+//   over_stage0   median step time of stage k / of stage 0 (targets: <= 1.05 stages 1-2,
+//                 <= 1.25 stage 3)
+//   comm_over_theory   bytes sent per step per rank / the theory for this stage, where the
+//                 theory counts the gradients in the reduce dtype (fp32) and parameters in bf16:
+//                 stages 0-2: (N-1)/N (2 x 4Ψ) for all_reduce, (N-1)/N (4Ψ + 2Ψ) for
+//                 reduce_scatter + all_gather; stage 3 adds the second gather (+ (N-1)/N 2Ψ).
+//                 DESIGN.md's "2Ψ / 3Ψ" is this with 16-bit gradients.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "zero/comm.hpp"
+#include "zero/config.hpp"
+#include "zero/engine.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace zero;
+
+constexpr int kRanks = 2;
+
+Config config_for(int stage) {
+  return parse_config(R"({"zero_optimization": {"stage": )" + std::to_string(stage) +
+                      R"(, "overlap_comm": true)" +
+                      (stage == 3 ? R"(, "stage3_param_persistence_threshold": 0)" : "") + R"(},
+      "bf16": {"enabled": true}, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}})");
+}
+
+struct Timing {
+  std::vector<double> step_s;  // per measured step (rank 0)
+  double bytes_per_step = 0;
+  std::size_t psi = 0;
+};
+
+// Runs warmup + `steps` steps at `stage` on N in-process ranks; rank 0's step times.
+Timing run(int stage, int units, std::size_t elems, int steps) {
+  Timing t;
+  std::mutex mu;
+  const Config cfg = config_for(stage);
+  ThreadGroup::run(kRanks, [&](Communicator& comm) {
+    EngineOptions opts;
+    opts.poison_released = false;
+    Engine e(comm, cfg, opts);
+    for (int u = 0; u < units; ++u) {
+      e.add_unit({"unit" + std::to_string(u), {{"w", {static_cast<std::int64_t>(elems)}}}});
+    }
+    std::vector<float> init(elems);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    for (float& v : init) v = nd(rng);
+    for (int u = 0; u < units; ++u) e.set_param(u, 0, init.data(), elems);
+    std::vector<std::uint16_t> grad16(elems);
+    for (auto& g : grad16) g = f32_to_bf16(nd(rng));
+    volatile float sink = 0;
+    auto one_step = [&] {
+      for (int u = 0; u < units; ++u) {  // forward: read every parameter
+        GatherGuard g = e.gather(u);
+        const auto* p = static_cast<const std::uint16_t*>(g.param(0).data);
+        std::uint32_t acc = 0;
+        for (std::size_t i = 0; i < elems; ++i) acc += p[i];
+        sink = sink + static_cast<float>(acc);
+      }
+      for (int u = units - 1; u >= 0; --u) {  // backward: write every gradient
+        GatherGuard g = e.gather(u);
+        std::memcpy(e.grad(u, 0).data, grad16.data(), elems * 2);
+        e.grads_ready(u);
+      }
+      e.step();
+    };
+    for (int i = 0; i < 2; ++i) one_step();  // warm-up: first touch, pools, prefetch trace
+    comm.reset_stats();
+    std::vector<double> times;
+    for (int i = 0; i < steps; ++i) {
+      comm.barrier();
+      const auto t0 = Clock::now();
+      one_step();
+      comm.barrier();
+      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      t.step_s = times;
+      // Barriers count nothing; the norm all-gather (16 bytes) is part of the step.
+      t.bytes_per_step = static_cast<double>(comm.stats().bytes_sent()) / steps;
+      for (int u = 0; u < units; ++u) t.psi += e.unit_padded_numel(u);
+    }
+  });
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void BM_StageOverStage0(benchmark::State& st) {
+  const int stage = static_cast<int>(st.range(0));
+  const int units = static_cast<int>(st.range(1));
+  const auto elems = static_cast<std::size_t>(st.range(2));
+  constexpr int kSteps = 4, kRounds = 3;
+  std::vector<double> t0, tk;
+  double bytes = 0;
+  std::size_t psi = 0;
+  for (auto _ : st) {
+    t0.clear();
+    tk.clear();
+    for (int r = 0; r < kRounds; ++r) {  // A/B alternation: both see the same machine state
+      Timing a = run(0, units, elems, kSteps);
+      Timing b = run(stage, units, elems, kSteps);
+      t0.insert(t0.end(), a.step_s.begin(), a.step_s.end());
+      tk.insert(tk.end(), b.step_s.begin(), b.step_s.end());
+      bytes = b.bytes_per_step;
+      psi = b.psi;
+    }
+    st.SetIterationTime(median(tk));
+  }
+  const double f = static_cast<double>(kRanks - 1) / kRanks;
+  double theory = 0;
+  if (stage == 0) theory = f * 2 * 4.0 * psi;
+  if (stage == 1 || stage == 2) theory = f * (4.0 + 2.0) * psi;
+  if (stage == 3) theory = f * (4.0 + 2.0 + 2.0) * psi;
+  st.counters["stage0_ms"] = median(t0) * 1e3;
+  st.counters["stage_ms"] = median(tk) * 1e3;
+  st.counters["over_stage0"] = median(tk) / median(t0);
+  st.counters["comm_MB_per_step"] = bytes / 1e6;
+  st.counters["comm_over_theory"] = bytes / theory;
+  st.counters["params_M"] = static_cast<double>(psi) / 1e6;
+}
+
+BENCHMARK(BM_StageOverStage0)
+    ->ArgNames({"stage", "units", "elems"})
+    ->Args({1, 8, 1 << 20})
+    ->Args({2, 8, 1 << 20})
+    ->Args({3, 8, 1 << 20})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,224 @@
+// zero/engine.hpp — the ZeRO engine: stages 0-3 as one code path, the stage a policy.
+//
+// A trainer declares *units* (a layer, a block: the granularity of gather and reduce) with
+// their parameters. Each unit is laid out in one flat buffer, every parameter starting on an
+// `alignment`-element boundary, padded to a multiple of N x alignment and split into N equal
+// contiguous shards; rank r owns shard r (DESIGN.md). What each stage keeps per rank
+// (Ψ = padded parameter count, S = Ψ/N, W = working dtype, R = reduce dtype):
+//
+//   stage 0  params W·Ψ, master 4Ψ (16-bit only), state K·Ψ,  gradients R·Ψ;  all_reduce(avg)
+//   stage 1  params W·Ψ, master 4S,                state K·S,  gradients R·Ψ;  reduce_scatter +
+//            all_gather of the updated params
+//   stage 2  params W·Ψ, master 4S,                state K·S,  gradients R·S + the units in flight
+//   stage 3  params W·S (+ gathered units, + units below the persistence threshold kept whole),
+//            master 4S, state K·S, gradients R·S + the units in flight
+//
+// With f32 training the master parameters are the parameters (no copy). Gradient accumulation:
+// stages 0-1 accumulate locally and reduce once at the boundary; stages 2-3 reduce every
+// micro-step into the R-typed shard. R is fp32 for 16-bit training unless
+// communication_data_type says otherwise.
+//
+// Two ways in:
+//  - managed (this class): the engine owns parameters and gradients and hands out views.
+//    Per micro-step: for each unit, `auto g = gather(u)` (stage 3 all-gathers and prefetches the
+//    next unit in the recorded order), compute with g.param(i); in backward, again gather(u),
+//    write the unit's gradients into grad(u, i) (zeroed when first asked for in a micro-step;
+//    accumulate into it within the micro-step), then grads_ready(u) (stages 2-3 launch the
+//    unit's reduce-scatter and go on). step() after every micro-step: it applies the update at
+//    the gradient accumulation boundary and returns what it did.
+//  - attach (AttachedOptimizer, zero/attach.hpp): the trainer keeps its own flat buffers.
+//
+// Every allocation is charged to the rank's MemoryTracker (memory_report()).
+//
+// Thread safety: an Engine belongs to one rank and is used from that rank's thread only. All
+// ranks must make the same sequence of collective calls (gather in stage 3, grads_ready in
+// stages 2-3, step, set_param in stage 3, read_param).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zero/comm.hpp"
+#include "zero/config.hpp"
+#include "zero/cpu_features.hpp"
+#include "zero/device.hpp"
+#include "zero/memory.hpp"
+#include "zero/memory_report.hpp"
+
+namespace zero {
+
+using UnitId = int;
+
+struct ParamSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;  // every extent >= 1
+  std::size_t numel() const;
+};
+
+struct UnitSpec {
+  std::string name;
+  std::vector<ParamSpec> params;  // at least one
+};
+
+struct EngineOptions {
+  // Each parameter starts on a multiple of this many elements; units are padded to a multiple
+  // of N x alignment. REQUIRES: a power of two >= 1.
+  std::size_t alignment = 32;
+  // Optimizer execution (threads 0: the caller's oneTBB arena; isa: best_isa()).
+  int optimizer_threads = 0;
+  std::optional<Isa> isa;
+  // The tracker to charge; null: the engine owns one (rank = comm.rank()).
+  MemoryTracker* tracker = nullptr;
+  // Poison released stage-3 parameter buffers with NaN so that a view used after its guard is
+  // gone shows up at once. Default: on in builds without NDEBUG.
+  std::optional<bool> poison_released;
+};
+
+struct StepResult {
+  bool boundary = false;     // false: a micro-step inside an accumulation window (no update)
+  bool applied = false;      // the optimizer stepped (false at a boundary: fp16 overflow)
+  double grad_norm = 0.0;    // global L2 norm of the averaged, unscaled gradients (boundary)
+  double clip_coef = 1.0;    // factor applied to the gradients by clipping (1: none)
+  double loss_scale = 1.0;   // the scale for the next backward
+  double lr = 0.0;           // the learning rate used by this step
+  std::int64_t steps = 0;    // optimizer steps applied so far
+  std::int64_t skipped = 0;  // steps skipped for overflow so far
+};
+
+// This rank's share of one parameter: elements [begin, end) of the parameter (flattened) are
+// stored at offset `shard_offset` of the unit's shard. For the checkpoint code.
+struct ParamShard {
+  UnitId unit = 0;
+  int param = 0;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t shard_offset = 0;
+};
+
+class Engine;
+
+// Elements a trainer's flat buffers need for attach mode: numel padded to a multiple of
+// world_size x alignment.
+std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment = 32);
+
+// A gathered unit: its parameters are whole and valid while the guard lives (stage 3 releases
+// them when it is destroyed; other stages keep them). Move-only.
+class GatherGuard {
+ public:
+  GatherGuard() = default;
+  GatherGuard(GatherGuard&& other) noexcept;
+  GatherGuard& operator=(GatherGuard&& other) noexcept;
+  GatherGuard(const GatherGuard&) = delete;
+  GatherGuard& operator=(const GatherGuard&) = delete;
+  ~GatherGuard();
+
+  // View of parameter i (working dtype, CPU). Throws if the guard is empty or i out of range.
+  View param(int i) const;
+  UnitId unit() const noexcept { return unit_; }
+  // Releases now (as the destructor does).
+  void release();
+
+ private:
+  friend class Engine;
+  GatherGuard(Engine* e, UnitId u) : engine_(e), unit_(u) {}
+  Engine* engine_ = nullptr;
+  UnitId unit_ = -1;
+};
+
+class Engine {
+ public:
+  // REQUIRES: comm outlives the engine. Reads the stage, precision, optimizer, scheduler,
+  // clipping, accumulation and bucket keys of `config` (validated there); throws kConfig for a
+  // combination this engine cannot run (e.g. offload before the offload work lands).
+  Engine(Communicator& comm, const Config& config, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Attach mode: the smallest change to a trainer that owns one flat parameter buffer and one
+  // flat gradient buffer (llm.c style). Stages 0-2. The trainer computes its gradients into
+  // `grads` (accumulating over micro-steps itself; gradient_accumulation_steps must be 1) and
+  // calls step() where it called its optimizer. The buffers hold `numel` parameters of `dtype`
+  // (the config's working dtype) and have room for `capacity` >= attach_capacity(numel, N)
+  // elements (the padding is zeroed and stepped). Rank 0's parameters are broadcast at attach.
+  // After step() the gradient buffer's content is unspecified (reduced in place when it can
+  // be); the trainer zeroes it as before. Stage 2 keeps whole gradients here (the trainer owns
+  // them): its gradient savings need the managed engine.
+  static std::unique_ptr<Engine> attach(Communicator& comm, const Config& config, void* params,
+                                        void* grads, std::size_t numel, std::size_t capacity,
+                                        DType dtype, EngineOptions options = {});
+
+  // Declares a unit. Units are laid out when the first one is used (any call below); adding
+  // one after that is kInvalidArgument. Returns the unit's id (0, 1, ...).
+  UnitId add_unit(UnitSpec spec);
+
+  int stage() const noexcept;
+  DType param_dtype() const noexcept;   // W: f32, bf16 (bf16.enabled) or f16 (fp16.enabled)
+  DType reduce_dtype() const noexcept;  // R
+  int num_units() const noexcept;
+  const UnitSpec& unit(UnitId u) const;
+  std::size_t unit_padded_numel(UnitId u) const;
+  std::size_t unit_shard_numel(UnitId u) const;
+
+  // Sets parameter `param` of unit `u` from f32 values (the full parameter; every rank must
+  // pass the same values). Writes the working copy and the fp32 master (rounded to W for the
+  // working copy). REQUIRES: count == numel of the parameter.
+  void set_param(UnitId u, int param, const float* values, std::size_t count);
+  // Reads the working-precision values of a parameter as f32. Stage 3: a collective (gathers
+  // the unit if it is not gathered).
+  void read_param(UnitId u, int param, float* out, std::size_t count);
+
+  // Makes unit u's parameters whole for the guard's lifetime; stage 3 all-gathers (waiting for a
+  // prefetch in flight) and starts the prefetch of the next unit in the recorded order.
+  GatherGuard gather(UnitId u);
+  // The gradient buffer of parameter i of unit u for this micro-step (working dtype). Zeroed
+  // when first asked for in a micro-step. Throws after grads_ready(u) in the same micro-step.
+  View grad(UnitId u, int param);
+  // Unit u's gradients for this micro-step are complete. Stages 2-3 launch its reduce-scatter
+  // asynchronously; stages 0-1 accumulate it locally. Twice in one micro-step: kInvalidArgument.
+  void grads_ready(UnitId u);
+
+  // Ends the micro-step. At the accumulation boundary: reduces, computes the global gradient
+  // norm, agrees on fp16 overflow across ranks, clips, steps the optimizer on this rank's shards
+  // and all-gathers what the stage keeps whole. REQUIRES: grads_ready for every unit this
+  // micro-step, else kInvalidArgument naming the first missing unit.
+  StepResult step();
+
+  // The loss scale to multiply the loss by (1 unless fp16).
+  double loss_scale() const noexcept;
+  std::int64_t micro_step() const noexcept;  // micro-steps since the last boundary
+
+  // Bytes of the engine's pools (included in the tracker's categories): gradient buffers of
+  // units in flight (kGradients), reduce-scatter staging (kCommBuffers), gathered stage-3 units
+  // (kParams16). Pools grow to what the run needs and are kept for reuse.
+  struct Buffers {
+    std::size_t in_flight_grads = 0;
+    std::size_t reduce_staging = 0;
+    std::size_t gathered_params = 0;
+  };
+  Buffers buffer_bytes() const;
+
+  MemoryTracker& tracker() noexcept;
+  MemoryReport memory_report() const;
+  Communicator& comm() noexcept;
+
+  // This rank's shards with their parameter ranges (see ParamShard), and raw access to the
+  // shard arrays of unit u (f32 master; optimizer state k; null when the stage keeps none).
+  std::vector<ParamShard> param_shards() const;
+  const float* master_shard(UnitId u) const;
+  const void* state_shard(UnitId u, int k) const;
+
+ private:
+  friend class GatherGuard;
+  void release(UnitId u);
+  View param_view(UnitId u, int i) const;
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zero

@@ -1,0 +1,71 @@
+// zero/plan.hpp — predicted per-rank memory of the engine, without running it.
+//
+// Two levels:
+//  - zero_formula(): DESIGN.md's model-state formulas (Ψ parameters, N ranks) — what the ZeRO
+//    paper's figures are made of.
+//  - plan_engine_memory(): what this engine allocates, byte for byte: the same layout code
+//    (padding, shards), the same pools (gradients in flight, reduce staging, gathered units with
+//    prefetch) replayed over the trainer's gather order. The harness prints it beside the
+//    tracker's measurement.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zero/config.hpp"
+#include "zero/dtype.hpp"
+#include "zero/engine.hpp"
+#include "zero/memory.hpp"
+
+namespace zero {
+
+// Model-state bytes per rank by DESIGN.md (element counts times bytes; Ψ parameters, N ranks):
+// params w·Ψ, gradients g·Ψ, optimizer k·Ψ (fp32 master + moments: k = 12 for Adam), each
+// divided by N where the stage partitions it. Offload moves the optimizer part (and in stage 3
+// the parameters) off the device: `device` holds what stays, `offloaded` what moved.
+struct FormulaBytes {
+  double params = 0, grads = 0, optimizer = 0;
+  double offloaded = 0;
+  double total() const { return params + grads + optimizer; }
+};
+FormulaBytes zero_formula(double psi, int ranks, int stage, double w = 2, double g = 2,
+                          double k = 12, bool offload_optimizer = false,
+                          bool offload_params = false);
+
+struct PlanInput {
+  std::vector<UnitSpec> units;
+  int ranks = 1;
+  Config config;  // stage, precision, overlap, stage-3 limits, optimizer
+  std::size_t alignment = 32;
+  // The order in which the trainer gathers units in one micro-step (stage 3 prefetch follows
+  // it); each unit is released before the next is gathered. Empty: forward then reverse order.
+  std::vector<UnitId> gather_order;
+};
+
+struct PlanResult {
+  std::array<std::size_t, kNumMemCategories> bytes{};  // host tier, after a step
+  // Buffers included in `bytes` (gradients in flight, reduce staging, gathered units).
+  std::size_t in_flight_grad_bytes = 0;
+  std::size_t staging_bytes = 0;
+  std::size_t gathered_param_bytes = 0;
+  std::size_t psi = 0;         // parameters
+  std::size_t psi_padded = 0;  // with the layout's padding
+  std::size_t largest_unit = 0;  // padded elements of the largest unit
+  std::string largest_unit_name;
+
+  std::size_t at(MemCategory c) const { return bytes[static_cast<std::size_t>(c)]; }
+  // params16 + master + optimizer state + gradients, without the buffers above.
+  std::size_t model_state() const;
+  std::size_t buffers() const { return in_flight_grad_bytes + staging_bytes + gathered_param_bytes; }
+  std::size_t total() const;
+};
+
+// REQUIRES: units non-empty and valid (else zero::Error(kInvalidArgument) as add_unit).
+PlanResult plan_engine_memory(const PlanInput& in);
+
+}  // namespace zero

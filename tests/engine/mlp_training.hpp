@@ -1,0 +1,139 @@
+// The MLP training runs the engine tests compare: a config per run, one rank's training loop,
+// and what it returns. Shared by the in-process tests and the MPI tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/mlp_model.hpp"
+#include "zero/comm.hpp"
+#include "zero/config.hpp"
+#include "zero/engine.hpp"
+
+namespace zero::testing {
+
+// Total parameter count 491: prime, so never divisible by N.
+inline const std::vector<int> kDims = {5, 11, 22, 7};
+constexpr int kRows = 4;  // samples per rank per micro-step
+
+struct RunSpec {
+  int stage = 0;
+  int ranks = 1;
+  DType dtype = DType::kF32;
+  int accumulation = 1;
+  bool clip = false;
+  int steps = 20;
+  bool overlap = false;
+  long persistence = 0;  // stage3_param_persistence_threshold
+  // Train on one rank with the concatenation of `data_ranks` ranks' batches.
+  int data_ranks = 0;
+};
+
+inline Config make_config(const RunSpec& s) {
+  std::string j =
+      R"({"zero_optimization": {"stage": )" + std::to_string(s.stage) + R"(, "overlap_comm": )" +
+      (s.overlap ? "true" : "false") +
+      (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
+                    : std::string()) +
+      R"(}, "gradient_accumulation_steps": )" + std::to_string(s.accumulation) +
+      R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
+      R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.001,
+          "warmup_max_lr": 0.01, "warmup_num_steps": 5, "total_num_steps": 40}})";
+  if (s.dtype == DType::kBF16) j += R"(, "bf16": {"enabled": true})";
+  if (s.dtype == DType::kF16) {
+    j += R"(, "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 4,
+             "hysteresis": 1})";
+  }
+  j += "}";
+  return parse_config(j);
+}
+
+struct RunResult {
+  std::vector<std::vector<float>> params;         // working-dtype values as f32, per (unit, param)
+  std::vector<std::vector<float>> masters;        // fp32 master, whole padded unit
+  std::vector<std::vector<float>> master_params;  // fp32 master per (unit, param), unpadded
+  std::vector<StepResult> steps;                  // rank 0's step results
+  std::vector<float> losses;
+};
+
+// Every rank's master shards all-gathered into whole units.
+inline std::vector<std::vector<float>> gather_masters(Engine& e) {
+  std::vector<std::vector<float>> out;
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    std::vector<float> whole(e.unit_padded_numel(u));
+    if (e.stage() == 0) {
+      std::memcpy(whole.data(), e.master_shard(u), whole.size() * 4);
+    } else {
+      e.comm().all_gather(e.master_shard(u), whole.data(), e.unit_shard_numel(u), DType::kF32);
+    }
+    out.push_back(std::move(whole));
+  }
+  return out;
+}
+
+// One rank's run: trains, reads back every parameter (a collective in stage 3) and gathers
+// the masters. Every rank returns the same values.
+inline RunResult train_rank(Communicator& comm, const RunSpec& s) {
+  RunResult result;
+  const Config cfg = make_config(s);
+  const Mlp mlp(kDims);
+  Engine e(comm, cfg);
+  mlp.declare(e);
+  mlp.init(e, 42);
+  for (int step = 0; step < s.steps; ++step) {
+    for (int m = 0; m < s.accumulation; ++m) {
+      Batch b;
+      if (s.data_ranks > 0) {
+        std::vector<Batch> parts;
+        for (int q = 0; q < s.data_ranks; ++q) {
+          parts.push_back(make_batch(mlp.in(), mlp.out(), kRows, step, m, q));
+        }
+        b = concat(parts);
+      } else {
+        b = make_batch(mlp.in(), mlp.out(), kRows, step, m, comm.rank());
+      }
+      result.losses.push_back(mlp.micro_step(e, b));
+      const StepResult r = e.step();
+      EXPECT_EQ(r.boundary, m + 1 == s.accumulation);
+      if (r.boundary) result.steps.push_back(r);
+    }
+  }
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    for (int p = 0; p < 2; ++p) {
+      const std::size_t n = e.unit(u).params[static_cast<std::size_t>(p)].numel();
+      std::vector<float> v(n);
+      e.read_param(u, p, v.data(), n);
+      result.params.push_back(std::move(v));
+    }
+  }
+  result.masters = gather_masters(e);
+  // Per parameter, by the layout rule (W at 0, b at the next multiple of 32).
+  for (std::size_t l = 0; l < result.masters.size(); ++l) {
+    const auto& mm = result.masters[l];
+    const std::size_t w = static_cast<std::size_t>(kDims[l + 1] * kDims[l]);
+    const std::size_t b_at = (w + 31) / 32 * 32;
+    result.master_params.emplace_back(mm.begin(), mm.begin() + static_cast<long>(w));
+    result.master_params.emplace_back(mm.begin() + static_cast<long>(b_at),
+                                      mm.begin() + static_cast<long>(b_at) + kDims[l + 1]);
+  }
+  return result;
+}
+
+inline double max_abs_diff(const std::vector<std::vector<float>>& a,
+                           const std::vector<std::vector<float>>& b) {
+  double d = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (std::size_t k = 0; k < a[i].size(); ++k) {
+      d = std::max(d, std::fabs(static_cast<double>(a[i][k]) - b[i][k]));
+    }
+  }
+  return d;
+}
+
+}  // namespace zero::testing

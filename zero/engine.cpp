@@ -1,0 +1,838 @@
+// The ZeRO engine. One code path; the stage (StagePolicy) decides what is kept whole, what is
+// sharded and which collective runs where.
+#include "zero/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <string>
+
+#include "zero/error.hpp"
+#include "zero/grad_accumulate.hpp"
+#include "zero/layout.hpp"
+#include "zero/log.hpp"
+#include "zero/loss_scaler.hpp"
+#include "zero/lr_schedule.hpp"
+#include "zero/optimizer.hpp"
+
+namespace zero {
+
+namespace {
+
+// ---- the stage as a policy
+
+struct StagePolicy {
+  int stage = 0;
+  bool shard_optimizer = false;  // master + state for this rank's shard only (1, 2, 3)
+  bool shard_gradients = false;  // reduce every micro-step into a gradient shard (2, 3)
+  bool shard_params = false;     // parameters kept as shards, gathered on use (3)
+
+  static StagePolicy of(int stage) {
+    StagePolicy p;
+    p.stage = stage;
+    p.shard_optimizer = stage >= 1;
+    p.shard_gradients = stage >= 2;
+    p.shard_params = stage >= 3;
+    return p;
+  }
+};
+
+char* at(void* base, std::size_t elems, DType t) {
+  return static_cast<char*>(base) + elems * dtype_size(t);
+}
+
+// Signalling-NaN-free poison: a quiet NaN pattern in every 16-bit or 32-bit element.
+void poison(void* p, std::size_t bytes) { std::memset(p, 0xff, bytes); }
+
+// A pool of equal-sized buffers of one category (in-flight gradients, reduce staging, gathered
+// parameters): allocated on demand, reused, never freed before the engine.
+class BufferPool {
+ public:
+  BufferPool(MemoryTracker& t, MemCategory c, std::size_t bytes) : t_(t), c_(c), bytes_(bytes) {}
+  Buffer take() {
+    if (!free_.empty()) {
+      Buffer b = std::move(free_.back());
+      free_.pop_back();
+      return b;
+    }
+    ++allocated_;
+    return Buffer::host(t_, c_, bytes_);
+  }
+  void give(Buffer b) {
+    if (!b.empty()) free_.push_back(std::move(b));
+  }
+  std::size_t allocated() const { return allocated_; }
+
+ private:
+  MemoryTracker& t_;
+  MemCategory c_;
+  std::size_t bytes_;
+  std::vector<Buffer> free_;
+  std::size_t allocated_ = 0;
+};
+
+}  // namespace
+
+// ---- GatherGuard
+
+GatherGuard::GatherGuard(GatherGuard&& o) noexcept : engine_(o.engine_), unit_(o.unit_) {
+  o.engine_ = nullptr;
+}
+GatherGuard& GatherGuard::operator=(GatherGuard&& o) noexcept {
+  if (this != &o) {
+    release();
+    engine_ = o.engine_;
+    unit_ = o.unit_;
+    o.engine_ = nullptr;
+  }
+  return *this;
+}
+GatherGuard::~GatherGuard() {
+  try {
+    release();
+  } catch (const std::exception& e) {
+    ZERO_LOG(kError, "releasing unit ", unit_, " failed: ", e.what());
+  }
+}
+void GatherGuard::release() {
+  if (engine_ != nullptr) {
+    Engine* e = engine_;
+    engine_ = nullptr;
+    e->release(unit_);
+  }
+}
+View GatherGuard::param(int i) const {
+  ZERO_CHECK(engine_ != nullptr, kInvalidArgument, "GatherGuard::param(", i,
+             ") on an empty or released guard");
+  return engine_->param_view(unit_, i);
+}
+
+// ---- Engine::Impl
+
+struct Engine::Impl {
+  struct Pending {  // a reduce-scatter in flight (stages 2-3)
+    UnitId unit;
+    CommHandle handle;
+    Buffer buffer;        // R-typed, the unit's full gradients reduced in place
+    bool from_grad_pool;  // W == R: the gradient buffer itself
+  };
+  struct UnitState {
+    Buffer grad;                         // W, in-flight gradients of this micro-step
+    bool ready = false;                  // grads_ready called this micro-step
+    Buffer gathered;                     // stage 3: the whole unit's parameters
+    CommHandle prefetch;                 // stage 3: all-gather in flight into `gathered`
+    int holders = 0;                     // live guards
+    bool persistent = false;             // stage 3: kept whole (below the persistence threshold)
+    std::size_t whole_offset = 0;        // in params_whole (units kept whole)
+    std::size_t shard_param_offset = 0;  // in params_shard (stage 3 sharded units)
+  };
+
+  Communicator& comm;
+  Config cfg;
+  EngineOptions opts;
+  StagePolicy policy;
+  int n = 1;
+  int rank = 0;
+  DType w = DType::kF32;  // working (param and gradient) dtype
+  DType r = DType::kF32;  // reduce / gradient accumulation dtype
+  std::unique_ptr<MemoryTracker> own_tracker;
+  MemoryTracker* tracker = nullptr;
+  CpuOptimizer optimizer;
+  OptimizerParams oparams;
+  LossScaler scaler;
+  LrSchedule schedule;
+
+  std::vector<UnitSpec> specs;
+  detail::Layout layout;
+  bool laid_out = false;
+  std::vector<UnitState> units;
+
+  Buffer params_whole;  // W: units kept whole (managed mode)
+  // Attach mode: the trainer's buffers (one unit over the whole flat range).
+  bool attached = false;
+  char* ext_params = nullptr;
+  char* ext_grads = nullptr;
+  std::size_t ext_capacity = 0;
+  char* whole_base() const {
+    return attached ? ext_params : static_cast<char*>(params_whole.data());
+  }
+  // In attach mode with W == R the trainer's gradient buffer is reduced in place.
+  char* acc_base() const { return attached && w == r ? ext_grads : static_cast<char*>(acc.data()); }
+  Buffer params_shard;  // W: stage 3 sharded units
+  Buffer master;        // f32 (16-bit training only)
+  Buffer state[2];      // optimizer state
+  Buffer acc;           // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
+  std::unique_ptr<BufferPool> grad_pool, stage_pool, gather_pool;
+
+  std::deque<Pending> pending;
+  // Reduce-scatters left running when grads_ready returns: with overlap_comm one (it runs
+  // while the trainer computes the next unit's backward), else none.
+  std::size_t max_pending = 0;
+  std::int64_t micro = 0;  // micro-steps completed in the current window
+  std::int64_t steps = 0;
+  std::int64_t skipped = 0;
+  std::size_t live_gathered = 0;  // elements in stage-3 gathered buffers
+
+  // Stage 3 prefetch: the order of gather() calls of one micro-step, recorded once.
+  std::vector<UnitId> trace, recording;
+  bool trace_valid = false;
+  std::size_t trace_pos = 0;
+
+  Impl(Communicator& c, const Config& config, EngineOptions o)
+      : comm(c),
+        cfg(config),
+        opts(o),
+        policy(StagePolicy::of(config.zero_optimization.stage)),
+        n(c.size()),
+        rank(c.rank()),
+        optimizer(CpuExecOptions{o.isa, o.optimizer_threads, 0}),
+        oparams(OptimizerParams::from_config(config.optimizer)),
+        scaler(LossScaler::from_config(config.fp16)),
+        schedule(LrSchedule::from_config(config.scheduler, config.optimizer.lr)) {
+    w = cfg.fp16.enabled ? DType::kF16 : (cfg.bf16.enabled ? DType::kBF16 : DType::kF32);
+    if (cfg.communication_data_type.empty()) {
+      r = DType::kF32;
+    } else {
+      r = parse_dtype(cfg.communication_data_type);
+    }
+    if (opts.tracker == nullptr) {
+      own_tracker = std::make_unique<MemoryTracker>(rank);
+      tracker = own_tracker.get();
+    } else {
+      tracker = opts.tracker;
+    }
+    ZERO_CHECK(!cfg.zero_optimization.offload_optimizer.enabled() &&
+                   !cfg.zero_optimization.offload_param.enabled(),
+               kConfig,
+               "config key 'zero_optimization.offload_optimizer.device' / 'offload_param.device': "
+               "offload is not available in this engine yet");
+    if (!opts.poison_released.has_value()) {
+#ifdef NDEBUG
+      opts.poison_released = false;
+#else
+      opts.poison_released = true;
+#endif
+    }
+    max_pending = cfg.zero_optimization.overlap_comm ? 1 : 0;
+  }
+
+  bool kept_whole(UnitId u) const { return !policy.shard_params || units[u].persistent; }
+  const detail::UnitLayout& lay(UnitId u) const {
+    return layout.units[static_cast<std::size_t>(u)];
+  }
+  std::size_t own_begin(UnitId u) const { return static_cast<std::size_t>(rank) * lay(u).shard; }
+
+  void check_unit(UnitId u, const char* what) const {
+    ZERO_CHECK(u >= 0 && u < static_cast<int>(specs.size()), kInvalidArgument, what,
+               ": unknown unit id ", u, " (", specs.size(), " units registered)");
+  }
+  const std::string& name(UnitId u) const { return specs[static_cast<std::size_t>(u)].name; }
+
+  // ---- layout and allocation, on first use
+  void lay_out() {
+    if (laid_out) return;
+    ZERO_CHECK(!specs.empty(), kInvalidArgument,
+               "the engine has no units: declare them with add_unit() first");
+    layout = detail::make_layout(specs, n, opts.alignment);
+    units.resize(specs.size());
+    const auto threshold =
+        static_cast<std::size_t>(cfg.zero_optimization.stage3_param_persistence_threshold);
+    std::size_t whole = 0, sharded = 0;
+    for (std::size_t u = 0; u < specs.size(); ++u) {
+      UnitState& us = units[u];
+      us.persistent = policy.shard_params && layout.units[u].numel < threshold;
+      if (!policy.shard_params || us.persistent) {
+        us.whole_offset = whole;
+        whole += layout.units[u].padded;
+      } else {
+        us.shard_param_offset = sharded;
+        sharded += layout.units[u].shard;
+      }
+    }
+    const std::size_t ws = dtype_size(w), rs = dtype_size(r);
+    if (attached) {
+      const std::size_t need = layout.total_padded;
+      ZERO_CHECK(ext_capacity >= need, kInvalidArgument, "attach: the buffers hold ", ext_capacity,
+                 " elements; ", specs[0].params[0].numel(), " parameters at ", n, " ranks need ",
+                 need, " (padded to a multiple of ", n, " x ", opts.alignment,
+                 "): allocate zero::attach_capacity(", specs[0].params[0].numel(), ", ", n,
+                 ") elements");
+      // The padding must be zero (it is stepped and gathered like the rest).
+      std::memset(ext_params + specs[0].params[0].numel() * ws, 0,
+                  (need - specs[0].params[0].numel()) * ws);
+    } else {
+      params_whole = Buffer::host(*tracker, MemCategory::kParams16, whole * ws, {.zero = true});
+    }
+    params_shard = Buffer::host(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
+    const std::size_t opt_elems = policy.shard_optimizer ? layout.total_shard : layout.total_padded;
+    if (w != DType::kF32) {
+      master = Buffer::host(*tracker, MemCategory::kMasterParams, opt_elems * 4, {.zero = true});
+    }
+    const DType sd = oparams.state_dtype();
+    for (int k = 0; k < oparams.num_states(); ++k) {
+      state[k] = Buffer::host(*tracker, MemCategory::kOptimizerState, opt_elems * dtype_size(sd));
+    }
+    // Zero the state in the partitioning the step uses (first touch lands here).
+    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+      ShardRef ref = shard_ref(u);
+      optimizer.init_state(oparams, ref);
+    }
+    const std::size_t acc_elems = policy.shard_gradients ? layout.total_shard : layout.total_padded;
+    if (!attached || w != r) {
+      acc = Buffer::host(*tracker, MemCategory::kGradients, acc_elems * rs, {.zero = true});
+    }
+    grad_pool =
+        std::make_unique<BufferPool>(*tracker, MemCategory::kGradients, layout.max_padded * ws);
+    stage_pool =
+        std::make_unique<BufferPool>(*tracker, MemCategory::kCommBuffers, layout.max_padded * rs);
+    gather_pool =
+        std::make_unique<BufferPool>(*tracker, MemCategory::kParams16, layout.max_padded * ws);
+    laid_out = true;
+  }
+
+  // ---- where things are
+
+  // The range of unit u this rank steps: the whole unit in stage 0, its shard otherwise.
+  std::size_t step_begin(UnitId u) const { return policy.shard_optimizer ? own_begin(u) : 0; }
+  std::size_t step_count(UnitId u) const {
+    return policy.shard_optimizer ? lay(u).shard : lay(u).padded;
+  }
+  std::size_t opt_offset(UnitId u) const {
+    return policy.shard_optimizer ? lay(u).shard_offset : lay(u).full_offset;
+  }
+  // The working-dtype storage of the stepped range.
+  char* param_step_ptr(UnitId u) {
+    const UnitState& us = units[static_cast<std::size_t>(u)];
+    if (kept_whole(u)) return at(whole_base(), us.whole_offset + step_begin(u), w);
+    return at(params_shard.data(), us.shard_param_offset, w);
+  }
+  float* master_ptr(UnitId u) {
+    if (w == DType::kF32) return reinterpret_cast<float*>(param_step_ptr(u));
+    return master.as<float>() + opt_offset(u);
+  }
+  char* acc_ptr(UnitId u) {
+    if (policy.shard_gradients) return at(acc_base(), lay(u).shard_offset, r);
+    return at(acc_base(), lay(u).full_offset + step_begin(u), r);
+  }
+  ShardRef shard_ref(UnitId u) {
+    ShardRef s;
+    s.count = step_count(u);
+    s.master = master_ptr(u);
+    s.grad = acc_ptr(u);
+    s.grad_dtype = r;
+    const DType sd = oparams.state_dtype();
+    for (int k = 0; k < oparams.num_states(); ++k) {
+      s.state[k] = at(state[k].data(), opt_offset(u), sd);
+    }
+    if (w != DType::kF32) {
+      s.param_copy = param_step_ptr(u);
+      s.param_copy_dtype = w;
+    }
+    return s;
+  }
+
+  // ---- gradients
+
+  void finish_pending_front() {
+    Pending p = std::move(pending.front());
+    pending.pop_front();
+    p.handle.wait();
+    const std::size_t s = lay(p.unit).shard;
+    detail::accumulate(acc_ptr(p.unit), r, at(p.buffer.data(), own_begin(p.unit), r), r, s,
+                       micro == 0);
+    (p.from_grad_pool ? grad_pool : stage_pool)->give(std::move(p.buffer));
+  }
+  void finish_all_pending() {
+    while (!pending.empty()) finish_pending_front();
+  }
+
+  // ---- stage 3 gathering
+
+  void start_gather(UnitId u, bool async) {
+    UnitState& us = units[static_cast<std::size_t>(u)];
+    us.gathered = gather_pool->take();
+    live_gathered += lay(u).padded;
+    const void* send = at(params_shard.data(), us.shard_param_offset, w);
+    if (async) {
+      us.prefetch = comm.all_gather_async(send, us.gathered.data(), lay(u).shard, w);
+    } else {
+      comm.all_gather(send, us.gathered.data(), lay(u).shard, w);
+    }
+  }
+
+  // Prefetch: after gather(u) at its place in the recorded order, start the all-gathers of the
+  // units that come next, while their elements stay within stage3_prefetch_bucket_size (the
+  // next unit always, when the bucket is > 0) and the live gathered elements within
+  // stage3_max_live_parameters. Every rank follows the same order and counts, so every rank
+  // issues the same collectives.
+  void prefetch_after(UnitId u) {
+    if (!trace_valid) return;
+    if (trace_pos >= trace.size() || trace[trace_pos] != u) {
+      // The trainer left the recorded order: stop predicting until the next micro-step.
+      ZERO_LOG(kDebug, "gather order changed at unit '", name(u), "'; prefetch paused");
+      trace_valid = false;
+      return;
+    }
+    ++trace_pos;
+    const auto bucket = static_cast<std::size_t>(cfg.zero_optimization.stage3_prefetch_bucket_size);
+    const auto max_live =
+        static_cast<std::size_t>(cfg.zero_optimization.stage3_max_live_parameters);
+    std::size_t ahead = 0;
+    for (std::size_t j = trace_pos; j < trace.size() && ahead < bucket; ++j) {
+      const UnitId next = trace[j];
+      if (kept_whole(next)) continue;
+      ahead += lay(next).padded;
+      UnitState& ns = units[static_cast<std::size_t>(next)];
+      if (!ns.gathered.empty()) continue;
+      if (live_gathered + lay(next).padded > max_live) break;
+      start_gather(next, /*async=*/true);
+    }
+  }
+
+  void drop_gathered(UnitId u) {
+    UnitState& us = units[static_cast<std::size_t>(u)];
+    if (us.prefetch.valid()) us.prefetch.wait();
+    if (us.gathered.empty()) return;
+    if (*opts.poison_released) poison(us.gathered.data(), lay(u).padded * dtype_size(w));
+    live_gathered -= lay(u).padded;
+    gather_pool->give(std::move(us.gathered));
+  }
+
+  // ---- the boundary
+
+  struct Stats {
+    double sum_squares = 0.0;
+    bool non_finite = false;
+  };
+
+  // Global sum of squares of the reduced gradients, summed shard by shard in rank order so
+  // every stage gets the same bits.
+  Stats global_stats() {
+    const std::size_t nu = specs.size();
+    if (!policy.shard_optimizer) {
+      Stats total;
+      for (int q = 0; q < n; ++q) {
+        double s = 0.0;
+        for (std::size_t u = 0; u < nu; ++u) {
+          const auto& ul = layout.units[u];
+          const GradStats g = optimizer.grad_stats(
+              at(acc_base(), ul.full_offset + static_cast<std::size_t>(q) * ul.shard, r), r,
+              ul.shard);
+          s += g.sum_squares;
+          total.non_finite = total.non_finite || g.non_finite;
+        }
+        total.sum_squares += s;
+      }
+      return total;
+    }
+    double local = 0.0;
+    bool bad = false;
+    for (std::size_t u = 0; u < nu; ++u) {
+      const GradStats g =
+          optimizer.grad_stats(acc_ptr(static_cast<UnitId>(u)), r, layout.units[u].shard);
+      local += g.sum_squares;
+      bad = bad || g.non_finite;
+    }
+    // One all-gather of (sum, flag) from every rank: bits are copied, not reduced, so the sum
+    // below runs in rank order on every rank, and every rank sees every overflow flag.
+    float mine[4] = {0, 0, bad ? 1.0f : 0.0f, 0};
+    std::memcpy(mine, &local, sizeof local);
+    std::vector<float> all(static_cast<std::size_t>(4 * n));
+    comm.all_gather(mine, all.data(), 4, DType::kF32);
+    Stats total;
+    for (int q = 0; q < n; ++q) {
+      double s = 0.0;
+      std::memcpy(&s, &all[static_cast<std::size_t>(4 * q)], sizeof s);
+      total.sum_squares += s;
+      total.non_finite = total.non_finite || all[static_cast<std::size_t>(4 * q + 2)] != 0.0f;
+    }
+    return total;
+  }
+
+  void reduce_at_boundary() {
+    if (attached && w != r) {
+      std::memset(ext_grads + specs[0].params[0].numel() * dtype_size(w), 0,
+                  (layout.total_padded - specs[0].params[0].numel()) * dtype_size(w));
+      convert(ext_grads, w, acc_base(), r, layout.total_padded);
+    } else if (attached) {
+      std::memset(ext_grads + specs[0].params[0].numel() * dtype_size(w), 0,
+                  (layout.total_padded - specs[0].params[0].numel()) * dtype_size(w));
+    }
+    if (policy.shard_gradients) return;  // reduced every micro-step
+    if (!policy.shard_optimizer) {
+      comm.all_reduce(acc_base(), acc_base(), layout.total_padded, r, ReduceOp::kAvg);
+      return;
+    }
+    std::vector<CommHandle> hs;
+    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+      char* base = at(acc_base(), lay(u).full_offset, r);
+      hs.push_back(comm.reduce_scatter_async(base, at(base, own_begin(u), r), lay(u).shard, r,
+                                             ReduceOp::kAvg));
+    }
+    for (auto& h : hs) h.wait();
+  }
+
+  void gather_updated_params() {
+    if (!policy.shard_optimizer) return;
+    std::vector<CommHandle> hs;
+    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+      if (!kept_whole(u)) continue;
+      char* base = at(whole_base(), units[static_cast<std::size_t>(u)].whole_offset, w);
+      hs.push_back(comm.all_gather_async(at(base, own_begin(u), w), base, lay(u).shard, w));
+    }
+    for (auto& h : hs) h.wait();
+  }
+};
+
+// ---- Engine
+
+Engine::Engine(Communicator& comm, const Config& config, EngineOptions options)
+    : impl_(std::make_unique<Impl>(comm, config, options)) {}
+Engine::~Engine() {
+  if (impl_ == nullptr) return;
+  // Collectives still in flight reference engine buffers: let them finish first.
+  for (auto& p : impl_->pending) {
+    try {
+      p.handle.wait();
+    } catch (const std::exception& e) {
+      ZERO_LOG(kWarn, "a reduce-scatter in flight at shutdown failed: ", e.what());
+    }
+  }
+  for (auto& us : impl_->units) {
+    try {
+      if (us.prefetch.valid()) us.prefetch.wait();
+    } catch (const std::exception& e) {
+      ZERO_LOG(kWarn, "a prefetch in flight at shutdown failed: ", e.what());
+    }
+  }
+}
+
+UnitId Engine::add_unit(UnitSpec spec) {
+  ZERO_CHECK(!impl_->laid_out, kInvalidArgument, "add_unit('", spec.name,
+             "'): units are already laid out (add every unit before the first use)");
+  // Validate now so the error names the call that caused it.
+  detail::make_layout({spec}, impl_->n, impl_->opts.alignment);
+  impl_->specs.push_back(std::move(spec));
+  return static_cast<UnitId>(impl_->specs.size() - 1);
+}
+
+int Engine::stage() const noexcept { return impl_->policy.stage; }
+DType Engine::param_dtype() const noexcept { return impl_->w; }
+DType Engine::reduce_dtype() const noexcept { return impl_->r; }
+int Engine::num_units() const noexcept { return static_cast<int>(impl_->specs.size()); }
+const UnitSpec& Engine::unit(UnitId u) const {
+  impl_->check_unit(u, "unit");
+  return impl_->specs[static_cast<std::size_t>(u)];
+}
+std::size_t Engine::unit_padded_numel(UnitId u) const {
+  impl_->check_unit(u, "unit_padded_numel");
+  impl_->lay_out();
+  return impl_->lay(u).padded;
+}
+std::size_t Engine::unit_shard_numel(UnitId u) const {
+  impl_->check_unit(u, "unit_shard_numel");
+  impl_->lay_out();
+  return impl_->lay(u).shard;
+}
+double Engine::loss_scale() const noexcept { return impl_->scaler.scale(); }
+std::int64_t Engine::micro_step() const noexcept { return impl_->micro; }
+MemoryTracker& Engine::tracker() noexcept { return *impl_->tracker; }
+Engine::Buffers Engine::buffer_bytes() const {
+  const Impl& m = *impl_;
+  Buffers b;
+  if (!m.laid_out) return b;
+  const std::size_t unit = m.layout.max_padded;
+  b.in_flight_grads = m.grad_pool->allocated() * unit * dtype_size(m.w);
+  b.reduce_staging = m.stage_pool->allocated() * unit * dtype_size(m.r);
+  b.gathered_params = m.gather_pool->allocated() * unit * dtype_size(m.w);
+  return b;
+}
+MemoryReport Engine::memory_report() const { return impl_->tracker->report(); }
+Communicator& Engine::comm() noexcept { return impl_->comm; }
+
+void Engine::set_param(UnitId u, int param, const float* values, std::size_t count) {
+  Impl& m = *impl_;
+  m.check_unit(u, "set_param");
+  m.lay_out();
+  const auto& ul = m.lay(u);
+  ZERO_CHECK(param >= 0 && param < static_cast<int>(ul.params.size()), kInvalidArgument,
+             "set_param: unit '", m.name(u), "' has no parameter ", param);
+  const auto& pl = ul.params[static_cast<std::size_t>(param)];
+  ZERO_CHECK(count == pl.numel, kInvalidArgument, "set_param('", m.name(u), ".",
+             m.specs[static_cast<std::size_t>(u)].params[static_cast<std::size_t>(param)].name,
+             "'): ", count, " values for a parameter of ", pl.numel, " elements");
+  ZERO_CHECK(values != nullptr || count == 0, kInvalidArgument, "set_param: null values");
+  // Working copy.
+  if (m.kept_whole(u)) {
+    convert(values, DType::kF32,
+            at(m.whole_base(), m.units[static_cast<std::size_t>(u)].whole_offset + pl.offset, m.w),
+            m.w, pl.numel);
+  }
+  // The stepped range (whole unit in stage 0, the shard otherwise): working shard (stage 3) and
+  // the master, which starts as the working copy's value (as DeepSpeed makes it from the
+  // 16-bit parameters).
+  const std::size_t lo = std::max(pl.offset, m.step_begin(u));
+  const std::size_t hi = std::min(pl.offset + pl.numel, m.step_begin(u) + m.step_count(u));
+  if (lo >= hi) return;
+  const float* src = values + (lo - pl.offset);
+  char* wdst = m.param_step_ptr(u) + (lo - m.step_begin(u)) * dtype_size(m.w);
+  if (!m.kept_whole(u)) convert(src, DType::kF32, wdst, m.w, hi - lo);
+  if (m.w != DType::kF32) {
+    convert(wdst, m.w, m.master_ptr(u) + (lo - m.step_begin(u)), DType::kF32, hi - lo);
+  }
+}
+
+void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
+  Impl& m = *impl_;
+  m.check_unit(u, "read_param");
+  m.lay_out();
+  const auto& pl = m.lay(u).params.at(static_cast<std::size_t>(param));
+  ZERO_CHECK(count == pl.numel, kInvalidArgument, "read_param('", m.name(u), "'): ", count,
+             " values for a parameter of ", pl.numel, " elements");
+  GatherGuard g = gather(u);
+  const View v = g.param(param);
+  convert(v.data, m.w, out, DType::kF32, count);
+}
+
+GatherGuard Engine::gather(UnitId u) {
+  Impl& m = *impl_;
+  m.check_unit(u, "gather");
+  m.lay_out();
+  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+  m.recording.push_back(u);
+  if (!m.kept_whole(u)) {
+    if (us.gathered.empty()) {
+      m.start_gather(u, /*async=*/false);
+    } else if (us.prefetch.valid()) {
+      us.prefetch.wait();
+    }
+  }
+  ++us.holders;
+  if (m.policy.shard_params) m.prefetch_after(u);
+  return GatherGuard(this, u);
+}
+
+void Engine::release(UnitId u) {
+  Impl& m = *impl_;
+  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+  ZERO_CHECK(us.holders > 0, kInternal, "release of unit '", m.name(u), "' with no holder");
+  if (--us.holders == 0 && !m.kept_whole(u)) m.drop_gathered(u);
+}
+
+View Engine::param_view(UnitId u, int i) const {
+  const Impl& m = *impl_;
+  m.check_unit(u, "param");
+  const auto& ul = m.lay(u);
+  ZERO_CHECK(i >= 0 && i < static_cast<int>(ul.params.size()), kInvalidArgument, "unit '",
+             m.name(u), "' has no parameter ", i, " (it has ", ul.params.size(), ")");
+  const auto& pl = ul.params[static_cast<std::size_t>(i)];
+  const Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+  void* base;
+  if (m.kept_whole(u)) {
+    base = at(m.whole_base(), us.whole_offset, m.w);
+  } else {
+    ZERO_CHECK(us.holders > 0 && !us.gathered.empty(), kInvalidArgument, "unit '", m.name(u),
+               "' is not gathered: its parameters are sharded in stage 3; hold the GatherGuard "
+               "from gather() while using them");
+    base = us.gathered.data();
+  }
+  return View{at(base, pl.offset, m.w), pl.numel, m.w, Device::cpu()};
+}
+
+View Engine::grad(UnitId u, int param) {
+  Impl& m = *impl_;
+  m.check_unit(u, "grad");
+  m.lay_out();
+  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+  const auto& ul = m.lay(u);
+  ZERO_CHECK(param >= 0 && param < static_cast<int>(ul.params.size()), kInvalidArgument,
+             "grad: unit '", m.name(u), "' has no parameter ", param);
+  ZERO_CHECK(!us.ready, kInvalidArgument, "grad('", m.name(u),
+             "'): grads_ready was already called for this unit in this micro-step");
+  if (us.grad.empty()) {
+    // Bound the memory of gradients in flight: finish the oldest reduction first.
+    us.grad = m.grad_pool->take();
+    std::memset(us.grad.data(), 0, ul.padded * dtype_size(m.w));
+  }
+  const auto& pl = ul.params[static_cast<std::size_t>(param)];
+  return View{at(us.grad.data(), pl.offset, m.w), pl.numel, m.w, Device::cpu()};
+}
+
+void Engine::grads_ready(UnitId u) {
+  Impl& m = *impl_;
+  m.check_unit(u, "grads_ready");
+  m.lay_out();
+  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+  ZERO_CHECK(!us.ready, kInvalidArgument, "grads_ready('", m.name(u),
+             "') called twice in one micro-step");
+  if (us.grad.empty()) {  // no gradient written: a zero gradient (grad() never asked for)
+    (void)grad(u, 0);
+  }
+  us.ready = true;
+  const auto& ul = m.lay(u);
+  if (!m.policy.shard_gradients) {
+    detail::accumulate(at(m.acc_base(), ul.full_offset, m.r), m.r, us.grad.data(), m.w, ul.padded,
+                       m.micro == 0);
+    m.grad_pool->give(std::move(us.grad));
+    return;
+  }
+  Impl::Pending p;
+  p.unit = u;
+  if (m.w == m.r) {
+    p.buffer = std::move(us.grad);
+    p.from_grad_pool = true;
+  } else {
+    p.buffer = m.stage_pool->take();
+    convert(us.grad.data(), m.w, p.buffer.data(), m.r, ul.padded);
+    m.grad_pool->give(std::move(us.grad));
+    p.from_grad_pool = false;
+  }
+  char* base = static_cast<char*>(p.buffer.data());
+  p.handle = m.comm.reduce_scatter_async(base, at(base, m.own_begin(u), m.r), ul.shard, m.r,
+                                         ReduceOp::kAvg);
+  m.pending.push_back(std::move(p));
+  while (m.pending.size() > m.max_pending) m.finish_pending_front();
+}
+
+StepResult Engine::step() {
+  Impl& m = *impl_;
+  m.lay_out();
+  StepResult res;
+  if (!m.attached) {
+    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
+      ZERO_CHECK(m.units[static_cast<std::size_t>(u)].ready, kInvalidArgument, "step(): unit '",
+                 m.name(u), "' has no gradients this micro-step (call grads_ready for every unit)");
+    }
+    m.finish_all_pending();
+    for (auto& us : m.units) us.ready = false;
+    // The gather order of this micro-step becomes the prefetch plan of the next ones.
+    if (!m.trace_valid || m.recording != m.trace) {
+      m.trace = m.recording;
+      m.trace_valid = !m.trace.empty();
+    }
+    m.recording.clear();
+    m.trace_pos = 0;
+    // Prefetches must not cross the update: parameters change below.
+    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
+      if (m.units[static_cast<std::size_t>(u)].holders == 0) m.drop_gathered(u);
+    }
+    ++m.micro;
+    res.loss_scale = m.scaler.scale();
+    res.steps = m.steps;
+    res.skipped = m.skipped;
+    if (m.micro < m.cfg.gradient_accumulation_steps) return res;
+  }
+  res.boundary = true;
+
+  m.reduce_at_boundary();
+  const Impl::Stats st = m.global_stats();
+  const double scale = m.scaler.scale();
+  res.grad_norm = std::sqrt(st.sum_squares) / scale;
+  res.lr = m.schedule.lr(m.steps);
+  m.micro = 0;
+  if (st.non_finite) {
+    // Every rank saw every rank's flag: all skip together. No state is touched.
+    m.scaler.update(/*overflow=*/true);
+    ++m.skipped;
+    res.applied = false;
+    res.grad_norm = std::numeric_limits<double>::infinity();
+    res.loss_scale = m.scaler.scale();
+    res.skipped = m.skipped;
+    if (!m.cfg.fp16.enabled) {
+      ZERO_LOG(kWarn, "non-finite gradients at step ", m.steps + 1, ": step skipped");
+    }
+    return res;
+  }
+  double coef = 1.0;
+  if (m.cfg.gradient_clipping > 0.0) {
+    // DeepSpeed / PyTorch: clip_coef = max_norm / (norm + 1e-6), applied when < 1.
+    coef = std::min(1.0, m.cfg.gradient_clipping / (res.grad_norm + 1e-6));
+  }
+  res.clip_coef = coef;
+  const float grad_scale = m.scaler.grad_scale(coef);
+  OptimizerParams p = m.oparams;
+  p.lr = res.lr;
+  for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
+    m.optimizer.step(p, m.shard_ref(u), m.steps + 1, grad_scale);
+  }
+  m.gather_updated_params();
+  ++m.steps;
+  m.scaler.update(/*overflow=*/false);
+  res.applied = true;
+  res.steps = m.steps;
+  res.loss_scale = m.scaler.scale();
+  return res;
+}
+
+std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment) {
+  ZERO_CHECK(world_size >= 1 && alignment >= 1, kInvalidArgument,
+             "attach_capacity: world size and alignment must be >= 1");
+  const std::size_t m = static_cast<std::size_t>(world_size) * alignment;
+  return (numel + m - 1) / m * m;
+}
+
+std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config, void* params,
+                                       void* grads, std::size_t numel, std::size_t capacity,
+                                       DType dtype, EngineOptions options) {
+  ZERO_CHECK(config.zero_optimization.stage <= 2, kConfig,
+             "config key 'zero_optimization.stage' = ", config.zero_optimization.stage,
+             ": attach mode runs stages 0-2; stage 3 needs the managed engine (the engine must "
+             "own the parameters to shard them)");
+  ZERO_CHECK(config.gradient_accumulation_steps == 1, kConfig,
+             "config key 'gradient_accumulation_steps' = ", config.gradient_accumulation_steps,
+             ": in attach mode the trainer accumulates into its gradient buffer and calls step() "
+             "once per update; set it to 1");
+  ZERO_CHECK(params != nullptr && grads != nullptr && numel > 0, kInvalidArgument,
+             "attach: null buffer or zero parameters");
+  auto e = std::unique_ptr<Engine>(new Engine(comm, config, options));
+  Impl& m = *e->impl_;
+  ZERO_CHECK(dtype == m.w, kConfig, "attach: the trainer's buffers are ", to_string(dtype),
+             " but the config trains in ", to_string(m.w),
+             " (keys 'bf16.enabled' / 'fp16.enabled')");
+  m.attached = true;
+  m.policy.shard_gradients = false;  // the trainer owns whole gradients
+  m.ext_params = static_cast<char*>(params);
+  m.ext_grads = static_cast<char*>(grads);
+  m.ext_capacity = capacity;
+  m.specs.push_back({"attached", {{"flat", {static_cast<std::int64_t>(numel)}}}});
+  m.lay_out();
+  // Data-parallel start: every rank takes rank 0's parameters (as DDP and DeepSpeed do).
+  comm.broadcast(m.ext_params, m.ext_params, m.layout.total_padded, m.w, 0);
+  if (m.w != DType::kF32) {
+    convert(m.param_step_ptr(0), m.w, m.master_ptr(0), DType::kF32, m.step_count(0));
+  }
+  return e;
+}
+
+std::vector<ParamShard> Engine::param_shards() const {
+  const Impl& m = *impl_;
+  ZERO_CHECK(m.laid_out, kInvalidArgument, "param_shards(): the engine is not laid out yet");
+  std::vector<ParamShard> out;
+  for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
+    const auto& ul = m.lay(u);
+    const std::size_t b = m.step_begin(u), e = b + m.step_count(u);
+    for (std::size_t i = 0; i < ul.params.size(); ++i) {
+      const auto& pl = ul.params[i];
+      const std::size_t lo = std::max(b, pl.offset), hi = std::min(e, pl.offset + pl.numel);
+      if (lo >= hi) continue;
+      out.push_back({u, static_cast<int>(i), lo - pl.offset, hi - pl.offset, lo - b});
+    }
+  }
+  return out;
+}
+
+const float* Engine::master_shard(UnitId u) const {
+  impl_->check_unit(u, "master_shard");
+  return const_cast<Impl&>(*impl_).master_ptr(u);
+}
+
+const void* Engine::state_shard(UnitId u, int k) const {
+  const Impl& m = *impl_;
+  m.check_unit(u, "state_shard");
+  if (k < 0 || k >= m.oparams.num_states()) return nullptr;
+  return at(m.state[k].data(), m.opt_offset(u), m.oparams.state_dtype());
+}
+
+}  // namespace zero

@@ -1,0 +1,151 @@
+// The engine's memory, predicted: the same layout, the same pools, the same prefetch rule as
+// zero/engine.cpp, replayed without allocating anything.
+#include "zero/plan.hpp"
+
+#include <algorithm>
+
+#include "zero/error.hpp"
+#include "zero/layout.hpp"
+#include "zero/optimizer.hpp"
+
+namespace zero {
+
+FormulaBytes zero_formula(double psi, int ranks, int stage, double w, double g, double k,
+                          bool offload_optimizer, bool offload_params) {
+  const double n = ranks;
+  FormulaBytes f;
+  f.params = w * psi / (stage >= 3 ? n : 1.0);
+  f.grads = g * psi / (stage >= 2 ? n : 1.0);
+  f.optimizer = k * psi / (stage >= 1 ? n : 1.0);
+  if (offload_optimizer) {
+    f.offloaded += f.optimizer;
+    f.optimizer = 0;
+  }
+  if (offload_params && stage >= 3) {
+    f.offloaded += f.params;
+    f.params = 0;
+  }
+  return f;
+}
+
+std::size_t PlanResult::model_state() const {
+  return at(MemCategory::kParams16) + at(MemCategory::kMasterParams) +
+         at(MemCategory::kOptimizerState) + at(MemCategory::kGradients) - in_flight_grad_bytes -
+         gathered_param_bytes;
+}
+
+std::size_t PlanResult::total() const {
+  std::size_t t = 0;
+  for (std::size_t b : bytes) t += b;
+  return t;
+}
+
+PlanResult plan_engine_memory(const PlanInput& in) {
+  ZERO_CHECK(!in.units.empty(), kInvalidArgument, "plan: no units");
+  const Config& cfg = in.config;
+  const auto& z = cfg.zero_optimization;
+  const int stage = z.stage;
+  const detail::Layout lay = detail::make_layout(in.units, in.ranks, in.alignment);
+  const DType w = cfg.fp16.enabled ? DType::kF16 : (cfg.bf16.enabled ? DType::kBF16 : DType::kF32);
+  const DType r =
+      cfg.communication_data_type.empty() ? DType::kF32 : parse_dtype(cfg.communication_data_type);
+  const OptimizerParams op = OptimizerParams::from_config(cfg.optimizer);
+  const std::size_t ws = dtype_size(w), rs = dtype_size(r);
+
+  PlanResult out;
+  const auto nu = in.units.size();
+  std::vector<bool> sharded(nu, false);
+  std::size_t whole = 0, shard_params = 0;
+  for (std::size_t u = 0; u < nu; ++u) {
+    const auto& ul = lay.units[u];
+    for (const ParamSpec& p : in.units[u].params) out.psi += p.numel();
+    sharded[u] = stage >= 3 &&
+                 ul.numel >= static_cast<std::size_t>(z.stage3_param_persistence_threshold);
+    if (sharded[u]) {
+      shard_params += ul.shard;
+    } else {
+      whole += ul.padded;
+    }
+    if (ul.padded > out.largest_unit) {
+      out.largest_unit = ul.padded;
+      out.largest_unit_name = in.units[u].name;
+    }
+  }
+  out.psi_padded = lay.total_padded;
+  auto add = [&](MemCategory c, std::size_t b) { out.bytes[static_cast<std::size_t>(c)] += b; };
+  add(MemCategory::kParams16, (whole + shard_params) * ws);
+  const std::size_t opt = stage >= 1 ? lay.total_shard : lay.total_padded;
+  if (w != DType::kF32) add(MemCategory::kMasterParams, opt * 4);
+  add(MemCategory::kOptimizerState,
+      static_cast<std::size_t>(op.num_states()) * opt * dtype_size(op.state_dtype()));
+  add(MemCategory::kGradients, (stage >= 2 ? lay.total_shard : lay.total_padded) * rs);
+
+  // Pools (engine.cpp): one in-flight gradient buffer per unit being written; in stages 2-3
+  // with overlap_comm one reduce-scatter stays in flight while the next unit's gradient is
+  // written: its buffer is the gradient buffer itself (W == R) or a staging copy (W != R).
+  const bool overlap = z.overlap_comm;
+  std::size_t grad_buffers = 1, staging = 0;
+  if (stage >= 2) {
+    if (w == r) {
+      grad_buffers = overlap ? 2 : 1;
+    } else {
+      staging = overlap ? 2 : 1;
+    }
+  }
+  out.in_flight_grad_bytes = grad_buffers * lay.max_padded * ws;
+  out.staging_bytes = staging * lay.max_padded * rs;
+  add(MemCategory::kGradients, out.in_flight_grad_bytes);
+  add(MemCategory::kCommBuffers, out.staging_bytes);
+
+  // Stage 3: replay gather / prefetch / release over the gather order to count the gathered
+  // buffers the pool ends up with (it never shrinks).
+  if (stage >= 3) {
+    std::vector<UnitId> order = in.gather_order;
+    if (order.empty()) {
+      for (std::size_t u = 0; u < nu; ++u) order.push_back(static_cast<UnitId>(u));
+      for (std::size_t u = nu; u-- > 0;) order.push_back(static_cast<UnitId>(u));
+    }
+    std::vector<bool> gathered(nu, false);
+    std::size_t live = 0, in_use = 0, pool = 0;
+    auto take = [&](UnitId u) {
+      gathered[static_cast<std::size_t>(u)] = true;
+      live += lay.units[static_cast<std::size_t>(u)].padded;
+      ++in_use;
+      pool = std::max(pool, in_use);
+    };
+    const auto bucket = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
+    const auto max_live = static_cast<std::size_t>(z.stage3_max_live_parameters);
+    // Micro-step 1 records the order without prefetching; later micro-steps prefetch.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t pos = 0; pos < order.size(); ++pos) {
+        const auto u = static_cast<std::size_t>(order[pos]);
+        if (sharded[u] && !gathered[u]) take(order[pos]);
+        if (pass == 1) {
+          std::size_t ahead = 0;
+          for (std::size_t j = pos + 1; j < order.size() && ahead < bucket; ++j) {
+            const auto nx = static_cast<std::size_t>(order[j]);
+            if (!sharded[nx]) continue;
+            ahead += lay.units[nx].padded;
+            if (gathered[nx]) continue;
+            if (live + lay.units[nx].padded > max_live) break;
+            take(order[j]);
+          }
+        }
+        if (sharded[u]) {  // released after use
+          gathered[u] = false;
+          live -= lay.units[u].padded;
+          --in_use;
+        }
+      }
+      // step(): unused prefetches are dropped.
+      std::fill(gathered.begin(), gathered.end(), false);
+      live = 0;
+      in_use = 0;
+    }
+    out.gathered_param_bytes = pool * lay.max_padded * ws;
+    add(MemCategory::kParams16, out.gathered_param_bytes);
+  }
+  return out;
+}
+
+}  // namespace zero
