@@ -26,6 +26,10 @@ struct BlockArgs {
   void* s0 = nullptr;       // state 0 (Adam m, SGD momentum buffer, Lion m, Adagrad sum)
   void* s1 = nullptr;       // state 1 (Adam v)
   StepScalars sc;
+  // Write the 16-bit copy with non-temporal stores (AVX-512 path, where 32-byte aligned). Set for
+  // shards far larger than the cache: the copy is write-only here, and a normal store would
+  // first read each line (32 B of traffic per element instead of 30).
+  bool stream_copy = false;
 };
 
 using BlockFn = void (*)(const BlockArgs& a, std::size_t begin, std::size_t end);

@@ -48,11 +48,18 @@ struct Guarded {
   T canary{};
 
   Guarded() = default;
-  Guarded(std::size_t count, std::size_t misalign, T canary_value)
-      : storage(count + 2 * kGuard + misalign, canary_value),
+  // misalign: elements past the guard. align32: instead, start the elements on a 32-byte
+  // boundary (the streaming-store path needs it).
+  Guarded(std::size_t count, std::size_t misalign, T canary_value, bool align32 = false)
+      : storage(count + 2 * kGuard + misalign + 32, canary_value),
         offset(kGuard + misalign),
         n(count),
-        canary(canary_value) {}
+        canary(canary_value) {
+    if (align32) {
+      const auto addr = reinterpret_cast<std::uintptr_t>(storage.data() + kGuard);
+      offset = kGuard + ((32 - addr % 32) % 32) / sizeof(T);
+    }
+  }
   T* data() { return storage.data() + offset; }
   const T* data() const { return storage.data() + offset; }
   bool canaries_intact() const {
@@ -271,6 +278,7 @@ struct RunSpec {
   std::optional<DType> copy;  // none, bf16 or f16
   int threads = 0;
   std::size_t block = 0;
+  bool align_copy = false;  // 32-byte aligned copy (else misaligned by 7 elements)
 };
 
 ShardRun run_ours(const Problem& pr, DType gdt, const OptimizerParams& hp, const RunSpec& spec) {
@@ -300,7 +308,7 @@ ShardRun run_ours(const Problem& pr, DType gdt, const OptimizerParams& hp, const
     }
   }
   if (spec.copy) {
-    r.copy = Guarded<std::uint16_t>(n, 7, kCanary16);
+    r.copy = Guarded<std::uint16_t>(n, 7, kCanary16, spec.align_copy);
     shard.param_copy = r.copy.data();
     shard.param_copy_dtype = *spec.copy;
   }
@@ -472,6 +480,32 @@ TEST(CpuOptimizer, ThreadsAndBlockSizesGiveIdenticalBits) {
     ASSERT_TRUE(r.failure.empty()) << r.failure;
     expect_bitwise_equal(r, one,
                          "threads " + std::to_string(threads) + " block " + std::to_string(block));
+  }
+}
+
+// ---- shards past the streaming threshold write the copy with non-temporal stores: same bits
+TEST(CpuOptimizer, LargeShardCopyIsTheSameBitsOnEveryPath) {
+  OptimizerParams hp;  // AdamW
+  const std::size_t n = (std::size_t{1} << 20) + 37;
+  const Problem pr = make_problem(n, DType::kF32, hp, 5);
+  for (DType copy : {DType::kBF16, DType::kF16}) {
+    for (bool aligned : {true, false}) {
+      ShardRun scalar;
+      for (Isa isa : available_isas()) {
+        RunSpec spec;
+        spec.isa = isa;
+        spec.copy = copy;
+        spec.align_copy = aligned;
+        ShardRun r = run_ours(pr, DType::kF32, hp, spec);
+        ASSERT_TRUE(r.failure.empty()) << to_string(isa) << ": " << r.failure;
+        if (isa == Isa::kScalar) {
+          scalar = std::move(r);
+        } else {
+          expect_bitwise_equal(
+              r, scalar, std::string(to_string(isa)) + " copy " + std::string(to_string(copy)));
+        }
+      }
+    }
   }
 }
 
