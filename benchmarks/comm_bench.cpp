@@ -83,11 +83,13 @@ void run_ours(Communicator& c, Collective op, RankBuffers& b, std::size_t elems)
 }
 
 // Sets algbw / busbw of ours and the reference figure with the ratio.
-void set_counters(benchmark::State& state, Collective op, int n, double size_bytes, double ours_s,
-                  double ref_bytes, double ref_s, const char* ref_name, bool ratio_of_algbw) {
+void set_counters(benchmark::State& state, Collective op, int n, double ops, double size_bytes,
+                  double ours_s, double ref_bytes, double ref_s, const char* ref_name,
+                  bool ratio_of_algbw) {
   const double algbw = size_bytes / ours_s / 1e9;
   const double busbw = algbw * bus_factor(op, n);
   const double ref = ref_bytes / ref_s / 1e9;
+  state.counters["us_per_op"] = ours_s / ops * 1e6;
   state.counters["algbw_GBps"] = algbw;
   state.counters["busbw_GBps"] = busbw;
   state.counters[ref_name] = ref;
@@ -138,10 +140,11 @@ void BM_Thread(benchmark::State& state, Collective op) {
     for (auto& t : threads) t.join();
     ours_s += t_ours;
     ceiling_s += t_copy;
-    state.SetIterationTime(t_ours / reps);
+    state.SetIterationTime(t_ours);  // one iteration = `reps` collectives
   }
   const double bytes_moved = static_cast<double>(state.iterations()) * reps * elems * 4;
-  set_counters(state, op, n, bytes_moved, ours_s, bytes_moved, ceiling_s, "ceiling_GBps", true);
+  set_counters(state, op, n, bytes_moved / (elems * 4.0), bytes_moved, ours_s, bytes_moved,
+               ceiling_s, "ceiling_GBps", true);
 }
 
 void thread_args(benchmark::internal::Benchmark* b) {
@@ -200,7 +203,7 @@ void BM_Mpi(benchmark::State& state, Collective op) {
   const int reps = std::max(1, reps_for(bytes) / 8);
   RankBuffers b(op, elems, n);
   double ours_s = 0, raw_s = 0, raw_nb_s = 0;
-  // Alternate who goes first, so neither always runs on a warmer cache.
+  // Ours goes first in even iterations and last in odd ones, so neither always runs warmer.
   auto time_block = [&](auto&& fn) {
     MPI_Barrier(g_raw);
     const auto t0 = Clock::now();
@@ -208,16 +211,21 @@ void BM_Mpi(benchmark::State& state, Collective op) {
     MPI_Barrier(g_raw);
     return since(t0);
   };
+  bool ours_first = true;
   for (auto _ : state) {
-    const double t_ours = time_block([&] { run_ours(c, op, b, elems); });
+    double t_ours = 0;
+    if (ours_first) t_ours = time_block([&] { run_ours(c, op, b, elems); });
     raw_s += time_block([&] { raw_mpi(op, b, elems, n, false); });
     raw_nb_s += time_block([&] { raw_mpi(op, b, elems, n, true); });
+    if (!ours_first) t_ours = time_block([&] { run_ours(c, op, b, elems); });
+    ours_first = !ours_first;
     ours_s += t_ours;
-    state.SetIterationTime(t_ours / reps);
+    state.SetIterationTime(t_ours);  // one iteration = `reps` collectives
   }
   const double bytes_moved = static_cast<double>(state.iterations()) * reps * elems * 4;
   const double bus = bus_factor(op, n) * bytes_moved;
-  set_counters(state, op, n, bytes_moved, ours_s, bus, raw_s, "raw_GBps", false);
+  set_counters(state, op, n, bytes_moved / (elems * 4.0), bytes_moved, ours_s, bus, raw_s,
+               "raw_GBps", false);
   state.counters["raw_nb_GBps"] = bus / raw_nb_s / 1e9;
   state.counters["N"] = n;
 }
@@ -225,7 +233,7 @@ void BM_Mpi(benchmark::State& state, Collective op) {
 void mpi_args(benchmark::internal::Benchmark* b) {
   for (std::int64_t bytes = 1 << 10; bytes <= (std::int64_t{256} << 20); bytes *= 4) b->Arg(bytes);
   // A fixed iteration count: every rank must run the same number of collectives.
-  b->ArgName("bytes")->UseManualTime()->Iterations(3)->Unit(benchmark::kMicrosecond);
+  b->ArgName("bytes")->UseManualTime()->Iterations(4)->Unit(benchmark::kMicrosecond);
 }
 #endif
 

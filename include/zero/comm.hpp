@@ -16,14 +16,16 @@
 //     count, dtype, op and root. Several asynchronous collectives may be in flight; they run and
 //     complete in issue order.
 //   - 16-bit reductions accumulate in fp32 (in-process: one rounding per element; MPI: one
-//     rounding per combining step; NCCL: NCCL's own reduction kernels).
-//   - ReduceOp::kAvg is the sum divided by size(); kMax propagates NaN.
+//     rounding per combining step). NCCL uses its own 16-bit reduction kernels.
+//   - ReduceOp::kAvg is the sum divided by size(). kMax propagates NaN (in-process, MPI; NCCL:
+//     ncclMax).
 //   - Buffers must stay valid and unmodified (recv: untouched) until the collective completes.
 //   - Every wait has a deadline of timeout_s() (Config::comm_timeout_s, env ZERO_COMM_TIMEOUT_S).
 //     When it passes, or another rank has failed, the wait throws zero::Error with code kTimeout
 //     or kRemoteFailure whose message names the collective, its element count, dtype, op and the
 //     ranks involved. After such a failure the communicator is broken: every later collective on
-//     it fails with kRemoteFailure (a collective that lost a participant cannot be resumed).
+//     it fails with kRemoteFailure (a collective that lost a participant cannot be resumed). In
+//     process, a failure breaks every communicator of the ThreadGroup, its splits included.
 //
 // Thread safety: a Communicator belongs to one rank and is used by one thread at a time (the
 // rank's thread); stats(), rank(), size(), timeout_s() may be read from any thread. CommHandle is

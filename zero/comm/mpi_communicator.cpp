@@ -235,7 +235,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(MPI_Comm comm, int rank, int size, double timeout_s)
       : Communicator(rank, size, world_ranks_of(comm), timeout_s),
         state_(std::make_shared<MpiState>()),
-        worker_(world_ranks()[rank]) {
+        worker_(world_ranks()[rank], std::chrono::microseconds(0)) {  // MPI polls itself
     state_->comm = comm;
     ZERO_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI communicator");
   }

@@ -15,7 +15,7 @@ Clock::time_point deadline_after(double seconds) {
 }
 
 bool OrderedWorker::Shared::wait_until(const Task& task, Clock::time_point deadline) {
-  spin_until([&] { return task.done.load(std::memory_order_acquire); });
+  spin_until([&] { return task.done.load(std::memory_order_acquire); }, spin);
   std::unique_lock lock(mu);
   if (!done_cv.wait_until(lock, deadline, [&] { return task.done.load(); })) return false;
   if (task.error) std::rethrow_exception(task.error);
@@ -28,7 +28,9 @@ bool OrderedWorker::Shared::test(const Task& task) {
   return true;
 }
 
-OrderedWorker::OrderedWorker(int rank) : shared_(std::make_shared<Shared>()) {
+OrderedWorker::OrderedWorker(int rank, std::chrono::microseconds spin)
+    : shared_(std::make_shared<Shared>()) {
+  shared_->spin = spin;
   thread_ = std::thread(&OrderedWorker::loop, shared_, rank);
 }
 
@@ -40,9 +42,11 @@ void OrderedWorker::loop(std::shared_ptr<Shared> shared, int rank) {
   for (;;) {
     if (shared->queue.empty() && !shared->stopping.load()) {
       lock.unlock();
-      spin_until([&] {
-        return shared->queued.load(std::memory_order_acquire) > 0 || shared->stopping.load();
-      });
+      spin_until(
+          [&] {
+            return shared->queued.load(std::memory_order_acquire) > 0 || shared->stopping.load();
+          },
+          shared->spin);
       lock.lock();
     }
     shared->work_cv.wait(lock, [&] { return shared->stopping.load() || !shared->queue.empty(); });

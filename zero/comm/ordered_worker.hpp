@@ -31,10 +31,11 @@ using Clock = std::chrono::steady_clock;
 // hand-off through a sleeping thread costs tens of microseconds, which small collectives notice.
 inline constexpr std::chrono::microseconds kSpinBeforeSleep{100};
 
-// Polls `ready` for up to kSpinBeforeSleep, yielding the core between looks; returns ready().
+// Polls `ready` for up to `spin`, yielding the core between looks; returns ready().
 template <typename Pred>
-bool spin_until(Pred ready) {
-  const auto until = Clock::now() + kSpinBeforeSleep;
+bool spin_until(Pred ready, std::chrono::microseconds spin = kSpinBeforeSleep) {
+  if (spin.count() == 0) return ready();
+  const auto until = Clock::now() + spin;
   do {
     if (ready()) return true;
     std::this_thread::yield();
@@ -63,6 +64,7 @@ class OrderedWorker {
     std::atomic<std::size_t> queued{0};  // queue.size(), readable without the mutex
     std::atomic<bool> stopping{false};
     bool exited = false;
+    std::chrono::microseconds spin{kSpinBeforeSleep};  // fixed at construction
 
     // Waits until task is done or `deadline`; false on timeout. Rethrows the task's error.
     bool wait_until(const Task& task, Clock::time_point deadline);
@@ -70,8 +72,10 @@ class OrderedWorker {
     bool test(const Task& task);
   };
 
-  // `rank` is set as the thread's log rank.
-  explicit OrderedWorker(int rank);
+  // `rank` is set as the thread's log rank. `spin`: how long the worker polls for the next task
+  // and a waiter polls for completion before sleeping (0 when the backend itself busy-polls, as
+  // MPI does: polling threads would then compete for the cores).
+  explicit OrderedWorker(int rank, std::chrono::microseconds spin = kSpinBeforeSleep);
   // stop() with a generous grace period.
   ~OrderedWorker();
   OrderedWorker(const OrderedWorker&) = delete;
