@@ -264,6 +264,36 @@ TEST(ThreadGroup, CommunicatorIsBrokenAfterAFailure) {
   }
 }
 
+TEST(ThreadGroup, TimeoutComesFromTheConfig) {
+  const Config config = parse_config(R"({"comm_timeout_s": 0.25})");
+  ThreadGroup group(2, config);
+  auto c0 = group.communicator(0);
+  EXPECT_EQ(0.25, c0->timeout_s());
+  const auto start = Clock::now();
+  CommHandle h = c0->all_gather_async(nullptr, nullptr, 0, DType::kF16);  // rank 1 never joins
+  try {
+    h.wait();
+    ADD_FAILURE() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kTimeout, e.code()) << e.what();
+    EXPECT_NE(std::string::npos, e.message().find("all_gather(0 x f16)")) << e.what();
+    EXPECT_NE(std::string::npos, e.message().find("{1}")) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 1.5);
+  EXPECT_FALSE(h.valid());
+}
+
+TEST(ThreadGroup, HandleMayOutliveItsCommunicator) {
+  ThreadGroup group(1);
+  auto c = group.communicator(0);
+  std::vector<float> a(5000, 2.0f);
+  CommHandle h = c->all_reduce_async(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kMax);
+  c.reset();  // drains the queue
+  EXPECT_TRUE(h.test());
+  h.wait();
+  EXPECT_EQ(2.0f, a[4999]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // bad arguments
 
