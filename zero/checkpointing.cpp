@@ -99,7 +99,8 @@ std::vector<int> segment_starts(int n, const CheckpointSpec& spec) {
     case CheckpointPolicy::kExplicit:
       if (spec.boundaries.size() == 1 && spec.boundaries[0] < 0) {
         const int segs = std::min(n, -spec.boundaries[0]);  // number_checkpoints segments
-        for (int i = 0; i < segs; ++i) out.push_back(static_cast<int>(static_cast<long>(i) * n / segs));
+        for (int i = 0; i < segs; ++i)
+          out.push_back(static_cast<int>(static_cast<long>(i) * n / segs));
         break;
       }
       out.push_back(0);
@@ -168,9 +169,9 @@ void Checkpointer::forward(CheckpointedLayers& layers, const float* in, float* o
       std::memcpy(slot(first).data(), cur, act_elems_ * sizeof(float));
       float* seg_out = last == num_layers_ ? out : nullptr;
       run_forward(layers, first, last, slot(first).as<float>(), seg_out, /*drop=*/true);
-      cur = last == num_layers_ ? out
-                                : ((last - first - 1) % 2 == 0 ? scratch_a_.as<float>()
-                                                               : scratch_b_.as<float>());
+      cur = last == num_layers_
+                ? out
+                : ((last - first - 1) % 2 == 0 ? scratch_a_.as<float>() : scratch_b_.as<float>());
     }
   }
   forward_done_ = true;
@@ -180,13 +181,19 @@ void Checkpointer::backward(CheckpointedLayers& layers, const float* grad_out, f
   ZERO_CHECK(forward_done_, kInvalidArgument, "Checkpointer::backward without a forward");
   forward_done_ = false;
   const bool plain = spec_.policy == CheckpointPolicy::kNone;
-  std::vector<float> g(grad_out, grad_out + act_elems_), gin(act_elems_);
+  if (grad_a_.empty()) {
+    grad_a_ = Buffer::host(tracker_, MemCategory::kActivations, act_elems_ * sizeof(float));
+    grad_b_ = Buffer::host(tracker_, MemCategory::kActivations, act_elems_ * sizeof(float));
+  }
+  float* g = grad_a_.as<float>();
+  float* gin = grad_b_.as<float>();
+  std::memcpy(g, grad_out, act_elems_ * sizeof(float));
   const std::vector<int> whole{0};
   const std::vector<int>& segs = plain ? whole : starts_;
   for (int s = static_cast<int>(segs.size()) - 1; s >= 0; --s) {
     const int first = segs[static_cast<std::size_t>(s)];
-    const int last = s + 1 < static_cast<int>(segs.size()) ? segs[static_cast<std::size_t>(s) + 1]
-                                                           : num_layers_;
+    const int last =
+        s + 1 < static_cast<int>(segs.size()) ? segs[static_cast<std::size_t>(s) + 1] : num_layers_;
     if (!plain) {
       // Recompute the segment from its kept input: the same layer code on the same input, so
       // the layers keep the same activations as in a plain forward.
@@ -194,12 +201,12 @@ void Checkpointer::backward(CheckpointedLayers& layers, const float* grad_out, f
       inputs_[static_cast<std::size_t>(first)].reset();
     }
     for (int l = last - 1; l >= first; --l) {
-      layers.backward(l, g.data(), gin.data());
+      layers.backward(l, g, gin);
       layers.drop(l);
       std::swap(g, gin);
     }
   }
-  if (grad_in != nullptr) std::memcpy(grad_in, g.data(), act_elems_ * sizeof(float));
+  if (grad_in != nullptr) std::memcpy(grad_in, g, act_elems_ * sizeof(float));
 }
 
 }  // namespace zero

@@ -10,7 +10,9 @@
 // DeepSpeed's activation_checkpointing.number_checkpoints (segments spread evenly). Boundary
 // inputs live in host memory, or in pinned host memory with cpu_checkpointing (on a CUDA build
 // they are copied there on a side stream; on the CPU both are host memory, tracked as separate
-// tiers). Every byte is charged to the tracker as MemCategory::kActivations.
+// tiers). Every byte is charged to the tracker as MemCategory::kActivations: the kept inputs,
+// two buffers for the activation between layers (allocated by the first forward) and two for
+// its gradient (allocated by the first backward), kept until the Checkpointer is destroyed.
 //
 // Thread safety: a Checkpointer is used by one rank's thread.
 #pragma once
@@ -56,8 +58,7 @@ class CheckpointedLayers {
 class Checkpointer {
  public:
   // `act_elems`: the f32 elements of the activation between two layers (a layer's input).
-  Checkpointer(int num_layers, std::size_t act_elems, CheckpointSpec spec,
-               MemoryTracker& tracker);
+  Checkpointer(int num_layers, std::size_t act_elems, CheckpointSpec spec, MemoryTracker& tracker);
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -80,8 +81,9 @@ class Checkpointer {
   CheckpointSpec spec_;
   MemoryTracker& tracker_;
   std::vector<int> starts_;
-  std::vector<Buffer> inputs_;  // per layer: its input, when it starts a segment
+  std::vector<Buffer> inputs_;    // per layer: its input, when it starts a segment
   Buffer scratch_a_, scratch_b_;  // running activations between layers
+  Buffer grad_a_, grad_b_;        // running activation gradients between layers
   bool forward_done_ = false;
 };
 
