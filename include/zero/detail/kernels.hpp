@@ -1,0 +1,54 @@
+// zero/detail/kernels.hpp — host launchers of the CUDA kernels in kernels/, as plain C++.
+//
+// Nothing outside kernels/ includes a CUDA header: streams travel as `void*` (a cudaStream_t;
+// nullptr is the legacy default stream) and pointers are device pointers. Every launcher
+// checks its arguments (zero::Error(kInvalidArgument)) and the launch (cudaGetLastError:
+// zero::Error(kCuda) with CUDA's message). Defined only when the library is built with CUDA
+// (ZERO_WITH_CUDA); callers check zero::detail::cuda::built() / device_count() first.
+//
+// The optimizer kernels apply the same per-element functions as the CPU path
+// (zero/detail/optim_math.hpp) with the same f32 operations (no FMA contraction), so a GPU step
+// gives the same bits as CpuOptimizer::step on the same data.
+//
+// Thread safety: launchers may be called from any thread; kernels on one stream run in order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "zero/dtype.hpp"
+#include "zero/optimizer.hpp"
+
+namespace zero::detail::kernels {
+
+// One fused multi-tensor launch (or a few: at most 24 shards per launch) applying `params` at
+// step `step` to every shard of `shards` (device pointers, ShardRef's rules: f32 master,
+// f32/bf16/f16 grads, state per OptimizerParams::state_dtype(), optional 16-bit copy; shards
+// may differ in dtype and copy; each array aligned to its element size; 16-byte alignment of
+// every f32 array and 8-byte alignment of every 16-bit array enables the vectorized path).
+// Returns when enqueued on `stream`; the arrays must stay valid until the stream reaches it.
+void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
+                    std::int64_t step, float grad_scale, void* stream);
+
+// One gradient tensor on the device.
+struct GradRef {
+  const void* data = nullptr;
+  std::size_t count = 0;
+  DType dtype = DType::kF32;
+};
+
+// Sum of squares (in double) and the non-finite check over a list of gradient tensors, in one
+// read. Deterministic for a given device (fixed grid, fixed reduction order). Waits for
+// `stream` and returns the result (the one synchronising launcher here).
+GradStats grad_stats(const GradRef* tensors, std::size_t count, void* stream);
+
+// data[i] = data[i] * factor in place, rounded back to `dtype` (unscaling 16-bit or f32
+// gradients). Returns when enqueued.
+void scale(void* data, DType dtype, std::size_t count, float factor, void* stream);
+
+// dst[i] = src[i] converted (round to nearest even; the scalar rules of zero/dtype.hpp).
+// src and dst must not overlap. Returns when enqueued.
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
+          void* stream);
+
+}  // namespace zero::detail::kernels

@@ -1,0 +1,273 @@
+// Fused multi-tensor optimizer step: one launch updates up to kMaxShards shards. Each block
+// takes chunks of kChunk elements (grid-stride over the chunks of all shards); each thread
+// handles 4 consecutive elements per iteration with 16-byte loads of the f32 arrays (8 bytes for
+// 16-bit arrays) when the shard's arrays are aligned for it, element by element otherwise.
+// The update itself is the shared per-element function of zero/detail/optim_math.hpp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda_check.hpp"
+#include "zero/detail/kernels.hpp"
+#include "zero/detail/optim_math.hpp"
+#include "zero/error.hpp"
+
+namespace zero::detail::kernels {
+namespace {
+
+using optim::Rule;
+using optim::StepScalars;
+
+enum class Copy : std::uint8_t { kNone, kBF16, kF16 };
+
+constexpr int kMaxShards = 24;  // ShardList must stay within the 4 KB of kernel parameters
+constexpr int kThreads = 256;
+constexpr std::size_t kChunk = 4096;  // elements per block per chunk; a multiple of 4 x kThreads
+
+struct ShardList {
+  float* p[kMaxShards];
+  void* copy[kMaxShards];
+  const void* g[kMaxShards];
+  void* s0[kMaxShards];
+  void* s1[kMaxShards];
+  std::size_t count[kMaxShards];
+  std::size_t first_chunk[kMaxShards + 1];  // prefix sums of the shards' chunk counts
+  bool vec[kMaxShards];                     // arrays aligned for 4-element loads
+  int n;
+};
+
+// ---- element access
+template <DType T>
+__device__ __forceinline__ float ld(const void* b, std::size_t i) {
+  if constexpr (T == DType::kF32) {
+    return static_cast<const float*>(b)[i];
+  } else if constexpr (T == DType::kBF16) {
+    return bf16_to_f32(static_cast<const std::uint16_t*>(b)[i]);
+  } else {
+    return f16_to_f32(static_cast<const std::uint16_t*>(b)[i]);
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void st(void* b, std::size_t i, float x) {
+  if constexpr (T == DType::kF32) {
+    static_cast<float*>(b)[i] = x;
+  } else if constexpr (T == DType::kBF16) {
+    static_cast<std::uint16_t*>(b)[i] = f32_to_bf16(x);
+  } else {
+    static_cast<std::uint16_t*>(b)[i] = f32_to_f16(x);
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void ld4(const void* b, std::size_t i, float (&x)[4]) {
+  if constexpr (T == DType::kF32) {
+    const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(b) + i);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const ushort4 v = *reinterpret_cast<const ushort4*>(static_cast<const std::uint16_t*>(b) + i);
+    const std::uint16_t h[4] = {v.x, v.y, v.z, v.w};
+    for (int k = 0; k < 4; ++k) x[k] = T == DType::kBF16 ? bf16_to_f32(h[k]) : f16_to_f32(h[k]);
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void st4(void* b, std::size_t i, const float (&x)[4]) {
+  if constexpr (T == DType::kF32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(b) + i) = make_float4(x[0], x[1], x[2], x[3]);
+  } else {
+    std::uint16_t h[4];
+    for (int k = 0; k < 4; ++k) h[k] = T == DType::kBF16 ? f32_to_bf16(x[k]) : f32_to_f16(x[k]);
+    *reinterpret_cast<ushort4*>(static_cast<std::uint16_t*>(b) + i) =
+        make_ushort4(h[0], h[1], h[2], h[3]);
+  }
+}
+
+template <Rule R>
+constexpr int kStates = R == Rule::kAdam ? 2 : (R == Rule::kSgd ? 0 : 1);
+
+template <Rule R>
+__device__ __forceinline__ void update(const StepScalars& s, float g, float& p, float& a,
+                                       float& b) {
+  if constexpr (R == Rule::kAdam) optim::adam_update(s, g, p, a, b);
+  if constexpr (R == Rule::kSgd) optim::sgd_update(s, g, p);
+  if constexpr (R == Rule::kSgdMomentum) optim::sgd_momentum_update(s, g, p, a);
+  if constexpr (R == Rule::kLion) optim::lion_update(s, g, p, a);
+  if constexpr (R == Rule::kAdagrad) optim::adagrad_update(s, g, p, a);
+}
+
+template <Rule R, DType G, DType S, Copy C>
+__device__ __forceinline__ void one(const ShardList& L, int k, const StepScalars& s,
+                                    std::size_t i) {
+  constexpr int ns = kStates<R>;
+  float p = L.p[k][i];
+  float a = 0.0f, b = 0.0f;
+  if constexpr (ns > 0) a = ld<S>(L.s0[k], i);
+  if constexpr (ns > 1) b = ld<S>(L.s1[k], i);
+  update<R>(s, ld<G>(L.g[k], i), p, a, b);
+  L.p[k][i] = p;
+  if constexpr (ns > 0) st<S>(L.s0[k], i, a);
+  if constexpr (ns > 1) st<S>(L.s1[k], i, b);
+  if constexpr (C == Copy::kBF16) st<DType::kBF16>(L.copy[k], i, p);
+  if constexpr (C == Copy::kF16) st<DType::kF16>(L.copy[k], i, p);
+}
+
+template <Rule R, DType G, DType S, Copy C>
+__global__ void __launch_bounds__(kThreads) optimizer_step_kernel(ShardList L, StepScalars s) {
+  constexpr int ns = kStates<R>;
+  const std::size_t total = L.first_chunk[L.n];
+  for (std::size_t c = blockIdx.x; c < total; c += gridDim.x) {
+    int k = 0;
+    while (c >= L.first_chunk[k + 1]) ++k;
+    const std::size_t begin = (c - L.first_chunk[k]) * kChunk;
+    const std::size_t end = begin + kChunk < L.count[k] ? begin + kChunk : L.count[k];
+    if (!L.vec[k]) {
+      for (std::size_t i = begin + threadIdx.x; i < end; i += kThreads) one<R, G, S, C>(L, k, s, i);
+      continue;
+    }
+    const std::size_t quads_end = begin + (end - begin) / 4 * 4;
+    for (std::size_t i = begin + 4 * threadIdx.x; i < quads_end; i += 4 * kThreads) {
+      float g[4], p[4], a[4] = {}, b[4] = {};
+      ld4<G>(L.g[k], i, g);
+      ld4<DType::kF32>(L.p[k], i, p);
+      if constexpr (ns > 0) ld4<S>(L.s0[k], i, a);
+      if constexpr (ns > 1) ld4<S>(L.s1[k], i, b);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) update<R>(s, g[e], p[e], a[e], b[e]);
+      st4<DType::kF32>(L.p[k], i, p);
+      if constexpr (ns > 0) st4<S>(L.s0[k], i, a);
+      if constexpr (ns > 1) st4<S>(L.s1[k], i, b);
+      if constexpr (C == Copy::kBF16) st4<DType::kBF16>(L.copy[k], i, p);
+      if constexpr (C == Copy::kF16) st4<DType::kF16>(L.copy[k], i, p);
+    }
+    const std::size_t i = quads_end + threadIdx.x;
+    if (i < end) one<R, G, S, C>(L, k, s, i);
+  }
+}
+
+// ---- host: pick the instantiation
+using Launch = void (*)(const ShardList&, const StepScalars&, cudaStream_t);
+
+template <Rule R, DType G, DType S, Copy C>
+void launch(const ShardList& L, const StepScalars& s, cudaStream_t stream) {
+  const int grid = grid_size(L.first_chunk[L.n], 4);
+  optimizer_step_kernel<R, G, S, C><<<grid, kThreads, 0, stream>>>(L, s);
+  check_launch("optimizer_step_kernel");
+}
+
+template <Rule R, DType G, DType S>
+Launch pick_copy(Copy c) {
+  switch (c) {
+    case Copy::kNone: return &launch<R, G, S, Copy::kNone>;
+    case Copy::kBF16: return &launch<R, G, S, Copy::kBF16>;
+    case Copy::kF16: return &launch<R, G, S, Copy::kF16>;
+  }
+  return nullptr;
+}
+
+template <Rule R, DType G>
+Launch pick_state(DType s, Copy c) {
+  if (s == DType::kF32) return pick_copy<R, G, DType::kF32>(c);
+  if constexpr (R == Rule::kAdam) {
+    if (s == DType::kBF16) return pick_copy<R, G, DType::kBF16>(c);
+  }
+  return nullptr;
+}
+
+template <Rule R>
+Launch pick_grad(DType g, DType s, Copy c) {
+  switch (g) {
+    case DType::kF32: return pick_state<R, DType::kF32>(s, c);
+    case DType::kBF16: return pick_state<R, DType::kBF16>(s, c);
+    case DType::kF16: return pick_state<R, DType::kF16>(s, c);
+  }
+  return nullptr;
+}
+
+Launch pick(Rule r, DType g, DType s, Copy c) {
+  switch (r) {
+    case Rule::kAdam: return pick_grad<Rule::kAdam>(g, s, c);
+    case Rule::kSgd: return pick_grad<Rule::kSgd>(g, s, c);
+    case Rule::kSgdMomentum: return pick_grad<Rule::kSgdMomentum>(g, s, c);
+    case Rule::kLion: return pick_grad<Rule::kLion>(g, s, c);
+    case Rule::kAdagrad: return pick_grad<Rule::kAdagrad>(g, s, c);
+  }
+  return nullptr;
+}
+
+bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+void check_array(const void* p, DType t, std::size_t shard, const char* what) {
+  ZERO_CHECK(p != nullptr, kInvalidArgument, "GPU optimizer step: shard ", shard, " ", what,
+             " is null");
+  ZERO_CHECK(aligned(p, dtype_size(t)), kInvalidArgument, "GPU optimizer step: shard ", shard, " ",
+             what, " is not aligned to its element size ", dtype_size(t));
+}
+
+}  // namespace
+
+void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
+                    std::int64_t step, float grad_scale, void* stream) {
+  const StepScalars sc = optim::make_step_scalars(params, step, grad_scale);
+  if (count == 0) return;
+  ZERO_CHECK(shards != nullptr, kInvalidArgument, "GPU optimizer step: shards is null for ", count,
+             " shards");
+  const Rule rule = optim::rule_of(params);
+  const DType st = params.state_dtype();
+  const int ns = params.num_states();
+  // Check everything before the first launch: an error leaves every shard untouched.
+  for (std::size_t k = 0; k < count; ++k) {
+    const ShardRef& s = shards[k];
+    if (s.count == 0) continue;
+    check_array(s.master, DType::kF32, k, "master");
+    check_array(s.grad, s.grad_dtype, k, "grad");
+    for (int j = 0; j < ns; ++j) check_array(s.state[j], st, k, j == 0 ? "state[0]" : "state[1]");
+    if (s.param_copy != nullptr) {
+      ZERO_CHECK(s.param_copy_dtype != DType::kF32, kInvalidArgument, "GPU optimizer step: shard ",
+                 k, " param_copy_dtype must be bf16 or f16");
+      check_array(s.param_copy, s.param_copy_dtype, k, "param_copy");
+    }
+  }
+  auto copy_of = [](const ShardRef& s) {
+    if (s.param_copy == nullptr) return Copy::kNone;
+    return s.param_copy_dtype == DType::kBF16 ? Copy::kBF16 : Copy::kF16;
+  };
+  // Batch consecutive shards that share gradient dtype and copy kind.
+  std::size_t k = 0;
+  while (k < count) {
+    if (shards[k].count == 0) {
+      ++k;
+      continue;
+    }
+    const DType g = shards[k].grad_dtype;
+    const Copy c = copy_of(shards[k]);
+    ShardList L{};
+    L.n = 0;
+    L.first_chunk[0] = 0;
+    for (; k < count && L.n < kMaxShards; ++k) {
+      const ShardRef& s = shards[k];
+      if (s.count == 0) continue;
+      if (s.grad_dtype != g || copy_of(s) != c) break;
+      const int j = L.n++;
+      L.p[j] = s.master;
+      L.g[j] = s.grad;
+      L.copy[j] = s.param_copy;
+      L.s0[j] = ns > 0 ? s.state[0] : nullptr;
+      L.s1[j] = ns > 1 ? s.state[1] : nullptr;
+      L.count[j] = s.count;
+      L.first_chunk[j + 1] = L.first_chunk[j] + (s.count + kChunk - 1) / kChunk;
+      const std::size_t a16 = 8, a32 = 16;  // 4 elements of 16 / 32 bits
+      L.vec[j] = aligned(s.master, a32) && aligned(s.grad, g == DType::kF32 ? a32 : a16) &&
+                 (ns < 1 || aligned(s.state[0], st == DType::kF32 ? a32 : a16)) &&
+                 (ns < 2 || aligned(s.state[1], st == DType::kF32 ? a32 : a16)) &&
+                 (c == Copy::kNone || aligned(s.param_copy, a16));
+    }
+    const Launch fn = pick(rule, g, st, c);
+    ZERO_CHECK(fn != nullptr, kInternal, "GPU optimizer step: no kernel for ",
+               to_string(params.type), " grad ", to_string(g), " state ", to_string(st));
+    fn(L, sc, static_cast<cudaStream_t>(stream));
+  }
+}
+
+}  // namespace zero::detail::kernels
