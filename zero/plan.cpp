@@ -58,9 +58,10 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   std::size_t whole = 0, shard_params = 0;
   for (std::size_t u = 0; u < nu; ++u) {
     const auto& ul = lay.units[u];
+    out.unit_padded.push_back(ul.padded);
     for (const ParamSpec& p : in.units[u].params) out.psi += p.numel();
-    sharded[u] = stage >= 3 &&
-                 ul.numel >= static_cast<std::size_t>(z.stage3_param_persistence_threshold);
+    sharded[u] =
+        stage >= 3 && ul.numel >= static_cast<std::size_t>(z.stage3_param_persistence_threshold);
     if (sharded[u]) {
       shard_params += ul.shard;
     } else {
@@ -80,14 +81,15 @@ PlanResult plan_engine_memory(const PlanInput& in) {
       static_cast<std::size_t>(op.num_states()) * opt * dtype_size(op.state_dtype()));
   add(MemCategory::kGradients, (stage >= 2 ? lay.total_shard : lay.total_padded) * rs);
 
-  // Pools (engine.cpp): one in-flight gradient buffer per unit being written; in stages 2-3
+  // Pools (engine.cpp): one gradient buffer per unit the trainer holds open; in stages 2-3
   // with overlap_comm one reduce-scatter stays in flight while the next unit's gradient is
   // written: its buffer is the gradient buffer itself (W == R) or a staging copy (W != R).
   const bool overlap = z.overlap_comm;
-  std::size_t grad_buffers = 1, staging = 0;
+  auto grad_buffers = static_cast<std::size_t>(std::max(1, in.grads_held));
+  std::size_t staging = 0;
   if (stage >= 2) {
     if (w == r) {
-      grad_buffers = overlap ? 2 : 1;
+      grad_buffers += overlap ? 1 : 0;  // the reduce-scatter in flight holds its buffer
     } else {
       staging = overlap ? 2 : 1;
     }

@@ -164,6 +164,9 @@ class GptModel {
   std::size_t activation_bytes(int rows, int seq, const CheckpointSpec& spec) const;
   // The persistent workspace (kOther) for batches of up to `rows` x `seq` tokens.
   std::size_t workspace_bytes(int rows, int seq) const;
+  // Gradient buffers open at once: the tied embedding's from the head to the end of backward,
+  // plus the unit being written.
+  static constexpr int kGradsHeld = 2;
   // The order in which one training micro-step gathers the units (what stage 3 prefetches by).
   static std::vector<UnitId> gather_order(const GptConfig& config, const CheckpointSpec& spec);
   // The peak of the kActivations bytes this model allocated itself during its last

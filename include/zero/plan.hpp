@@ -45,6 +45,10 @@ struct PlanInput {
   // The order in which the trainer gathers units in one micro-step (stage 3 prefetch follows
   // it); each unit is released before the next is gathered. Empty: forward then reverse order.
   std::vector<UnitId> gather_order;
+  // Units whose gradient buffers (grad()) the trainer holds open at once: 1 for a trainer that
+  // finishes each unit before the next; 2 for a tied embedding whose gradient stays open from
+  // the head to the end of backward (zero-train's GPT).
+  int grads_held = 1;
 };
 
 struct PlanResult {
@@ -53,15 +57,18 @@ struct PlanResult {
   std::size_t in_flight_grad_bytes = 0;
   std::size_t staging_bytes = 0;
   std::size_t gathered_param_bytes = 0;
-  std::size_t psi = 0;         // parameters
-  std::size_t psi_padded = 0;  // with the layout's padding
-  std::size_t largest_unit = 0;  // padded elements of the largest unit
+  std::size_t psi = 0;                   // parameters
+  std::size_t psi_padded = 0;            // with the layout's padding
+  std::vector<std::size_t> unit_padded;  // padded elements per unit
+  std::size_t largest_unit = 0;          // padded elements of the largest unit
   std::string largest_unit_name;
 
   std::size_t at(MemCategory c) const { return bytes[static_cast<std::size_t>(c)]; }
   // params16 + master + optimizer state + gradients, without the buffers above.
   std::size_t model_state() const;
-  std::size_t buffers() const { return in_flight_grad_bytes + staging_bytes + gathered_param_bytes; }
+  std::size_t buffers() const {
+    return in_flight_grad_bytes + staging_bytes + gathered_param_bytes;
+  }
   std::size_t total() const;
 };
 

@@ -1,0 +1,324 @@
+#include "bench/bench_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "zero/memory_report.hpp"
+
+namespace zero::bench {
+
+namespace {
+
+constexpr MemCategory kModelState[] = {MemCategory::kParams16, MemCategory::kMasterParams,
+                                       MemCategory::kOptimizerState, MemCategory::kGradients};
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", bytes / 1048576.0);
+  return b;
+}
+
+std::string ratio(double measured, double predicted) {
+  if (predicted <= 0) return measured == 0 ? "   -" : "   n/a";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", measured / predicted);
+  return b;
+}
+
+std::string label(const ConfigFigures& c) {
+  return "stage " + std::to_string(c.stage) +
+         (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint);
+}
+
+}  // namespace
+
+std::size_t RankFigures::category(MemCategory c) const {
+  std::size_t s = 0;
+  for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+    if (t != static_cast<std::size_t>(MemTier::kNvme)) s += current[static_cast<std::size_t>(c)][t];
+  }
+  return s;
+}
+
+std::size_t RankFigures::category_peak(MemCategory c) const {
+  std::size_t s = 0;
+  for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+    if (t != static_cast<std::size_t>(MemTier::kNvme)) s += peak[static_cast<std::size_t>(c)][t];
+  }
+  return s;
+}
+
+std::size_t RankFigures::model_state() const {
+  std::size_t s = 0;
+  for (MemCategory c : kModelState) s += category(c);
+  return s - buffers;
+}
+
+std::string format_config(const ConfigFigures& c) {
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "== %s | N=%d ranks | %s params, %s gradient reduction | %zu parameters\n",
+                label(c).c_str(), c.ranks, c.dtype.c_str(), c.reduce_dtype.c_str(), c.params);
+  os << line;
+  std::snprintf(line, sizeof line, "%-18s %14s %14s %8s %14s %14s\n", "per rank (rank 0)",
+                "measured", "predicted", "ratio", "peak", "all ranks");
+  os << line;
+  const RankFigures& r0 = c.per_rank.front();
+  auto row = [&](const std::string& name, double measured, double predicted, double peak,
+                 double all) {
+    std::snprintf(line, sizeof line, "%-18s %14s %14s %8s %14s %14s\n", name.c_str(),
+                  mib(measured).c_str(), mib(predicted).c_str(), ratio(measured, predicted).c_str(),
+                  mib(peak).c_str(), mib(all).c_str());
+    os << line;
+  };
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    const auto cat = static_cast<MemCategory>(k);
+    std::size_t all = 0;
+    for (const auto& r : c.per_rank) all += r.category(cat);
+    std::size_t predicted = c.plan.bytes[k];
+    if (cat == MemCategory::kActivations) continue;  // compared at the peak, below
+    if (cat == MemCategory::kOther) predicted = c.predicted_other;
+    if (r0.category_peak(cat) == 0 && predicted == 0) continue;
+    row(std::string(to_string(cat)), static_cast<double>(r0.category(cat)),
+        static_cast<double>(predicted), static_cast<double>(r0.category_peak(cat)),
+        static_cast<double>(all));
+  }
+  {
+    std::size_t all = 0;
+    for (const auto& r : c.per_rank) all += r.category_peak(MemCategory::kActivations);
+    row("activations peak", static_cast<double>(r0.category_peak(MemCategory::kActivations)),
+        static_cast<double>(c.predicted_activations),
+        static_cast<double>(r0.category_peak(MemCategory::kActivations)), static_cast<double>(all));
+  }
+  std::size_t all_total = 0;
+  for (const auto& r : c.per_rank) all_total += r.total_peak;
+  row("total (peak)", static_cast<double>(r0.total_peak), static_cast<double>(c.predicted_total()),
+      static_cast<double>(r0.total_peak), static_cast<double>(all_total));
+  std::snprintf(line, sizeof line,
+                "model states (params16+master+optimizer+gradients, less %s of declared buffers):"
+                " %s; DESIGN.md formula %s; ratio %s\n",
+                mib(static_cast<double>(r0.buffers)).c_str(),
+                mib(static_cast<double>(r0.model_state())).c_str(), mib(c.formula.total()).c_str(),
+                ratio(static_cast<double>(r0.model_state()), c.formula.total()).c_str());
+  os << line;
+  for (const auto& r : c.per_rank) {
+    std::snprintf(line, sizeof line,
+                  "  rank %d: model states %s, peak %s, step %.1f ms, comm %s/step, loss %.4f\n",
+                  r.rank, mib(static_cast<double>(r.model_state())).c_str(),
+                  mib(static_cast<double>(r.total_peak)).c_str(), r.step_ms,
+                  mib(static_cast<double>(r.comm_bytes_per_step)).c_str(), r.last_loss);
+    os << line;
+  }
+  std::snprintf(
+      line, sizeof line,
+      "step %.1f ms (stage 0: %.1f ms, ratio %s); comm %s/step/rank (theory %s, ratio %s);"
+      " process RSS %s\n\n",
+      r0.step_ms, c.step_ms_stage0, ratio(r0.step_ms, c.step_ms_stage0).c_str(),
+      mib(static_cast<double>(r0.comm_bytes_per_step)).c_str(), mib(c.comm_theory_bytes).c_str(),
+      ratio(static_cast<double>(r0.comm_bytes_per_step), c.comm_theory_bytes).c_str(),
+      mib(static_cast<double>(c.process_rss)).c_str());
+  os << line;
+  return os.str();
+}
+
+std::string format_summary(const std::vector<ConfigFigures>& all) {
+  std::ostringstream os;
+  char line[512];
+  os << "== summary (per rank, rank 0; model states less declared buffers)\n";
+  std::snprintf(line, sizeof line, "%-18s %13s %13s %7s %13s %13s %13s %8s %8s\n", "config",
+                "model states", "formula", "ratio", "vs stage 0", "activations", "peak total",
+                "step ms", "vs st.0");
+  os << line;
+  std::size_t stage0_state = 0;
+  for (const auto& c : all) {
+    if (c.stage == 0 && c.checkpoint == all.front().checkpoint) {
+      stage0_state = c.per_rank.front().model_state();
+    }
+  }
+  for (const auto& c : all) {
+    const RankFigures& r = c.per_rank.front();
+    char vs0[32] = "-";
+    if (stage0_state > 0) {
+      std::snprintf(vs0, sizeof vs0, "%.3f", static_cast<double>(r.model_state()) / stage0_state);
+    }
+    std::snprintf(line, sizeof line, "%-18s %13s %13s %7s %13s %13s %13s %8.1f %8s\n",
+                  label(c).c_str(), mib(static_cast<double>(r.model_state())).c_str(),
+                  mib(c.formula.total()).c_str(),
+                  ratio(static_cast<double>(r.model_state()), c.formula.total()).c_str(), vs0,
+                  mib(static_cast<double>(r.category_peak(MemCategory::kActivations))).c_str(),
+                  mib(static_cast<double>(r.total_peak)).c_str(), r.step_ms,
+                  ratio(r.step_ms, c.step_ms_stage0).c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+std::string to_json(const std::vector<ConfigFigures>& all) {
+  using nlohmann::json;
+  json out = json::array();
+  for (const auto& c : all) {
+    json cj;
+    cj["stage"] = c.stage;
+    cj["checkpoint"] = c.checkpoint;
+    cj["ranks"] = c.ranks;
+    cj["dtype"] = c.dtype;
+    cj["reduce_dtype"] = c.reduce_dtype;
+    cj["params"] = c.params;
+    cj["process_rss"] = c.process_rss;
+    cj["step_ms_stage0"] = c.step_ms_stage0;
+    cj["comm_theory_bytes_per_step"] = c.comm_theory_bytes;
+    json pred;
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      pred[std::string(to_string(static_cast<MemCategory>(k)))] = c.plan.bytes[k];
+    }
+    pred["activations_peak"] = c.predicted_activations;
+    pred["other"] = c.predicted_other;
+    pred["total"] = c.predicted_total();
+    pred["model_state"] = c.plan.model_state();
+    cj["predicted"] = pred;
+    cj["formula"] = {{"params", c.formula.params},
+                     {"grads", c.formula.grads},
+                     {"optimizer", c.formula.optimizer},
+                     {"total", c.formula.total()}};
+    json ranks = json::array();
+    for (const auto& r : c.per_rank) {
+      json rj;
+      rj["rank"] = r.rank;
+      json cats;
+      for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+        json tiers;
+        for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+          tiers[std::string(to_string(static_cast<MemTier>(t)))] = {{"current", r.current[k][t]},
+                                                                    {"peak", r.peak[k][t]}};
+        }
+        cats[std::string(to_string(static_cast<MemCategory>(k)))] = tiers;
+      }
+      rj["categories"] = cats;
+      rj["total_current"] = r.total_current;
+      rj["total_peak"] = r.total_peak;
+      rj["buffers"] = r.buffers;
+      rj["model_state"] = r.model_state();
+      rj["step_ms"] = r.step_ms;
+      rj["comm_bytes_per_step"] = r.comm_bytes_per_step;
+      rj["loss"] = r.last_loss;
+      ranks.push_back(rj);
+    }
+    cj["per_rank"] = ranks;
+    out.push_back(cj);
+  }
+  return out.dump(1);
+}
+
+std::string to_csv(const std::vector<ConfigFigures>& all) {
+  std::ostringstream os;
+  os << "stage,checkpoint,ranks,rank,dtype,params";
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    os << ',' << to_string(static_cast<MemCategory>(k));
+  }
+  os << ",activations_peak,total_current,total_peak,model_state,formula,predicted_total,step_ms,"
+        "comm_bytes_per_step\n";
+  for (const auto& c : all) {
+    for (const auto& r : c.per_rank) {
+      os << c.stage << ',' << c.checkpoint << ',' << c.ranks << ',' << r.rank << ',' << c.dtype
+         << ',' << c.params;
+      for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+        os << ',' << r.category(static_cast<MemCategory>(k));
+      }
+      os << ',' << r.category_peak(MemCategory::kActivations) << ',' << r.total_current << ','
+         << r.total_peak << ',' << r.model_state() << ','
+         << static_cast<std::size_t>(c.formula.total()) << ',' << c.predicted_total() << ','
+         << r.step_ms << ',' << r.comm_bytes_per_step << '\n';
+    }
+  }
+  return os.str();
+}
+
+std::string to_svg(const std::vector<ConfigFigures>& all) {
+  // Rank 0's memory per configuration: the categories at their current value after the step,
+  // activations at their peak (they are freed at the end of backward).
+  static const char* kColors[kNumMemCategories] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                                                   "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
+  const double bar_w = 70, gap = 30, left = 80, top = 50, height = 360;
+  const double width = left + all.size() * (bar_w + gap) + 200;
+  double max_total = 1;
+  std::vector<std::array<double, kNumMemCategories>> stacks;
+  for (const auto& c : all) {
+    std::array<double, kNumMemCategories> s{};
+    const RankFigures& r = c.per_rank.front();
+    double t = 0;
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      const auto cat = static_cast<MemCategory>(k);
+      s[k] = static_cast<double>(cat == MemCategory::kActivations ? r.category_peak(cat)
+                                                                  : r.category(cat));
+      t += s[k];
+    }
+    max_total = std::max(max_total, t);
+    stacks.push_back(s);
+  }
+  std::ostringstream os;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "font-family=\"sans-serif\" font-size=\"12\">\n",
+                width, top + height + 90);
+  os << buf;
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.0f\" y=\"24\" font-size=\"15\">zero-bench: memory per rank by category"
+                " (N=%d, %zu parameters, %s)</text>\n",
+                left, all.empty() ? 0 : all.front().ranks, all.empty() ? 0 : all.front().params,
+                all.empty() ? "" : all.front().dtype.c_str());
+  os << buf;
+  // Axis with 5 ticks.
+  for (int i = 0; i <= 5; ++i) {
+    const double v = max_total * i / 5, y = top + height - height * i / 5;
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                  "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.1f MiB</text>\n",
+                  left - 5, y, left + all.size() * (bar_w + gap), y, left - 8, y + 4, v / 1048576);
+    os << buf;
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const double x = left + 10 + i * (bar_w + gap);
+    double y = top + height;
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      const double h = height * stacks[i][k] / max_total;
+      if (h <= 0) continue;
+      y -= h;
+      std::snprintf(buf, sizeof buf,
+                    "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.2f\" fill=\"%s\">"
+                    "<title>%s: %.2f MiB</title></rect>\n",
+                    x, y, bar_w, h, kColors[k],
+                    std::string(to_string(static_cast<MemCategory>(k))).c_str(),
+                    stacks[i][k] / 1048576);
+      os << buf;
+    }
+    double total = 0;
+    for (double v : stacks[i]) total += v;
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.1f</text>\n"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">stage %d</text>\n"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
+                  x + bar_w / 2, y - 5, total / 1048576, x + bar_w / 2, top + height + 18,
+                  all[i].stage, x + bar_w / 2, top + height + 34,
+                  all[i].checkpoint == "none" ? "" : ("ckpt " + all[i].checkpoint).c_str());
+    os << buf;
+  }
+  const double lx = left + all.size() * (bar_w + gap) + 20;
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    const double ly = top + 20 * static_cast<double>(k);
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
+                  "<text x=\"%.0f\" y=\"%.0f\">%s%s</text>\n",
+                  lx, ly, kColors[k], lx + 20, ly + 12,
+                  std::string(to_string(static_cast<MemCategory>(k))).c_str(),
+                  static_cast<MemCategory>(k) == MemCategory::kActivations ? " (peak)" : "");
+    os << buf;
+  }
+  os << "</svg>\n";
+  return os.str();
+}
+
+}  // namespace zero::bench

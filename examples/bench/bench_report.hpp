@@ -1,0 +1,64 @@
+// bench/bench_report.hpp — what zero-bench measured for each configuration, and its writers
+// (text tables, JSON, CSV, an SVG stacked bar chart).
+//
+// Thread safety: plain values; the writers are pure functions of them.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "zero/memory.hpp"
+#include "zero/plan.hpp"
+
+namespace zero::bench {
+
+struct RankFigures {
+  int rank = 0;
+  // Tracker readings after the last step: current and peak bytes by (category, tier).
+  std::array<std::array<std::size_t, kNumMemTiers>, kNumMemCategories> current{}, peak{};
+  std::size_t total_current = 0;  // tracker: all tiers but NVMe
+  std::size_t total_peak = 0;
+  std::size_t buffers = 0;  // engine pools inside the categories (in flight / gathered)
+  std::size_t comm_bytes_per_step = 0;
+  double step_ms = 0;  // median over the measured steps
+  double last_loss = 0;
+
+  std::size_t category(MemCategory c) const;  // current, all tiers
+  std::size_t category_peak(MemCategory c) const;
+  // params16 + master + optimizer state + gradients, current, less the engine's pool buffers.
+  std::size_t model_state() const;
+};
+
+struct ConfigFigures {
+  int stage = 0;
+  std::string checkpoint;  // "none", "sqrt", ...
+  int ranks = 1;
+  std::string dtype;  // working dtype
+  std::string reduce_dtype;
+  std::size_t params = 0;  // Ψ
+  std::vector<RankFigures> per_rank;
+  std::size_t process_rss = 0;  // this process (all in-process ranks), at the end of the run
+  PlanResult plan;              // predicted engine memory
+  std::size_t predicted_activations = 0;  // peak kActivations per rank
+  std::size_t predicted_other = 0;        // the trainer's workspace per rank
+  FormulaBytes formula;                   // DESIGN.md for Ψ at this stage
+  double comm_theory_bytes = 0;           // per rank per step
+  double step_ms_stage0 = 0;              // the stage-0 run with the same checkpointing
+
+  std::size_t predicted_total() const {
+    return plan.total() + predicted_activations + predicted_other;
+  }
+};
+
+// Human-readable: one block per configuration, then a summary across configurations.
+std::string format_config(const ConfigFigures& c);
+std::string format_summary(const std::vector<ConfigFigures>& all);
+
+std::string to_json(const std::vector<ConfigFigures>& all);
+std::string to_csv(const std::vector<ConfigFigures>& all);
+// Per-rank memory of rank 0 by category, one stacked bar per configuration.
+std::string to_svg(const std::vector<ConfigFigures>& all);
+
+}  // namespace zero::bench

@@ -1,0 +1,410 @@
+// zero-bench — what each ZeRO stage saves, measured: trains the GPT model of zero-train for a
+// few steps per configuration (stages 0-3, with and without activation checkpointing) at N
+// in-process ranks (or the ranks of an mpirun launch), and prints per rank and in total the
+// tracker's bytes by category beside the planner's prediction and DESIGN.md's formula, the
+// step time, and the bytes communicated per step.
+//
+//   zero-bench [--ranks N] [--steps S] [--stages 0,1,2,3] [--checkpoint none,sqrt]
+//              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--dtype bf16|f16|f32]
+//              [--reduce-dtype bf16|f16|f32] [--data FILE] [--config ds.json] [--set k=v]...
+//              [--json FILE] [--csv FILE] [--svg FILE]
+//   zero-bench --plan --params 7.5e9 --ranks 64          DESIGN.md / ZeRO-paper figures
+//   zero-bench --plan --layers L --dim D [--vocab V] ... --ranks N   this engine, predicted
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_report.hpp"
+#include "gpt/gpt_model.hpp"
+#include "zero/checkpointing.hpp"
+#include "zero/comm.hpp"
+#include "zero/config.hpp"
+#include "zero/engine.hpp"
+#include "zero/error.hpp"
+#include "zero/memory.hpp"
+#include "zero/plan.hpp"
+
+namespace {
+
+using namespace zero;
+using bench::ConfigFigures;
+using bench::RankFigures;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int ranks = 4;
+  int steps = 3;
+  std::vector<int> stages{0, 1, 2, 3};
+  std::vector<std::string> checkpoints{"none", "sqrt"};
+  gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 6, .dim = 128, .heads = 4};
+  int batch = 4;  // sequences per rank per step
+  std::string dtype = "bf16";
+  std::string reduce_dtype = "bf16";  // DESIGN.md's formulas count 16-bit gradients
+  std::string data = gpt::kDefaultCorpus;
+  std::string json, csv, svg;
+  bool plan = false;
+  double params = 0;                     // --plan --params
+  int vocab = 0;                         // --plan without a corpus
+  std::vector<std::string> config_args;  // --config / --set, forwarded to the config builder
+};
+
+[[noreturn]] void usage_error(const std::string& what) {
+  ZERO_THROW(kInvalidArgument, what, " (see the usage at the top of zero_bench.cpp or README)");
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int to_int(const std::string& flag, const std::string& v) {
+  try {
+    std::size_t pos = 0;
+    const int x = std::stoi(v, &pos);
+    if (pos != v.size()) throw 0;
+    return x;
+  } catch (...) {
+    usage_error(flag + " expects an integer, got '" + v + "'");
+  }
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--ranks") {
+      o.ranks = to_int(a, value());
+    } else if (a == "--steps") {
+      o.steps = to_int(a, value());
+    } else if (a == "--stages") {
+      o.stages.clear();
+      for (const auto& s : split(value(), ',')) o.stages.push_back(to_int(a, s));
+    } else if (a == "--checkpoint") {
+      o.checkpoints = split(value(), ',');
+    } else if (a == "--layers") {
+      o.model.layers = to_int(a, value());
+    } else if (a == "--dim") {
+      o.model.dim = to_int(a, value());
+    } else if (a == "--heads") {
+      o.model.heads = to_int(a, value());
+    } else if (a == "--seq") {
+      o.model.seq = to_int(a, value());
+    } else if (a == "--batch") {
+      o.batch = to_int(a, value());
+    } else if (a == "--vocab") {
+      o.vocab = to_int(a, value());
+    } else if (a == "--dtype") {
+      o.dtype = value();
+    } else if (a == "--reduce-dtype") {
+      o.reduce_dtype = value();
+    } else if (a == "--data") {
+      o.data = value();
+    } else if (a == "--json") {
+      o.json = value();
+    } else if (a == "--csv") {
+      o.csv = value();
+    } else if (a == "--svg") {
+      o.svg = value();
+    } else if (a == "--plan") {
+      o.plan = true;
+    } else if (a == "--params") {
+      try {
+        o.params = std::stod(value());
+      } catch (...) {
+        usage_error("--params expects a number such as 7.5e9");
+      }
+    } else if (a == "--config" || a == "--set") {
+      o.config_args.push_back(a);
+      o.config_args.push_back(value());
+    } else {
+      usage_error("unknown argument '" + a + "'");
+    }
+  }
+  if (o.ranks < 1) usage_error("--ranks must be >= 1");
+  if (o.steps < 2) usage_error("--steps must be >= 2 (the first step warms up)");
+  if (o.batch < 1) usage_error("--batch must be >= 1");
+  for (int s : o.stages) {
+    if (s < 0 || s > 3) usage_error("--stages takes stages 0..3, got " + std::to_string(s));
+  }
+  for (const auto& c : o.checkpoints) (void)CheckpointSpec::parse(c);
+  (void)parse_dtype(o.dtype);
+  (void)parse_dtype(o.reduce_dtype);
+  return o;
+}
+
+// The configuration of one run: the user's file / --set, then the harness's choices.
+Config make_config(const Options& o, int stage) {
+  ConfigBuilder b;
+  b.apply_env();
+  std::vector<std::string> args = o.config_args;
+  b.apply_args(args);
+  b.set("zero_optimization.stage=" + std::to_string(stage), "zero-bench");
+  const DType w = parse_dtype(o.dtype);
+  b.set(std::string("bf16.enabled=") + (w == DType::kBF16 ? "true" : "false"), "zero-bench");
+  b.set(std::string("fp16.enabled=") + (w == DType::kF16 ? "true" : "false"), "zero-bench");
+  const std::string rd(to_string(parse_dtype(o.reduce_dtype)));
+  b.set("communication_data_type=" + std::string(rd == "f32"   ? "fp32"
+                                                 : rd == "f16" ? "fp16"
+                                                               : "bf16"),
+        "zero-bench");
+  if (stage == 3) b.set("zero_optimization.stage3_param_persistence_threshold=0", "zero-bench");
+  return b.build();
+}
+
+// The model's units, declared on an engine that never allocates (it is not used).
+std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& cfg) {
+  ThreadGroup group(1);
+  auto comm = group.communicator(0);
+  Engine e(*comm, cfg);
+  MemoryTracker t;
+  gpt::GptModel m(g, t);
+  m.declare(e);
+  std::vector<UnitSpec> units;
+  for (UnitId u = 0; u < e.num_units(); ++u) units.push_back(e.unit(u));
+  return units;
+}
+
+// Bytes one rank sends per step by DESIGN.md's accounting (ring volumes, (N-1)/N of each
+// buffer): gradients once (all_reduce: twice) in the reduce dtype; parameters gathered in the
+// working dtype in stages 1-2 once, in stage 3 at every gather of the trainer's order (2 per unit
+// — DESIGN.md's 3Ψ — plus one per block that checkpointing recomputes); the 16-byte norm exchange.
+double comm_theory(const PlanInput& pin, const PlanResult& plan, int n, int stage,
+                   const Config& cfg) {
+  const double f = static_cast<double>(n - 1) / n;
+  const DType w = cfg.fp16.enabled ? DType::kF16 : (cfg.bf16.enabled ? DType::kBF16 : DType::kF32);
+  const DType r =
+      cfg.communication_data_type.empty() ? DType::kF32 : parse_dtype(cfg.communication_data_type);
+  const double rs = static_cast<double>(dtype_size(r)), ws = static_cast<double>(dtype_size(w));
+  const double psi = static_cast<double>(plan.psi_padded);
+  if (stage == 0) return 2 * f * psi * rs;
+  if (stage < 3) return f * psi * (rs + ws) + (n - 1) * 16.0;
+  double gathered = 0;
+  for (UnitId u : pin.gather_order) {
+    gathered += static_cast<double>(plan.unit_padded[static_cast<std::size_t>(u)]);
+  }
+  return f * psi * rs + f * gathered * ws + (n - 1) * 16.0;
+}
+
+ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int stage,
+                         const std::string& ckpt, Communicator* mpi_world) {
+  const Config cfg = make_config(o, stage);
+  gpt::GptConfig g = o.model;
+  g.vocab = corpus.vocab_size();
+  const CheckpointSpec spec = CheckpointSpec::parse(ckpt);
+  const int n = mpi_world != nullptr ? mpi_world->size() : o.ranks;
+
+  ConfigFigures c;
+  c.stage = stage;
+  c.checkpoint = ckpt;
+  c.ranks = n;
+  c.dtype = o.dtype;
+  c.reduce_dtype = o.reduce_dtype;
+  c.params = g.num_params();
+  {
+    PlanInput pin;
+    pin.units = model_units(g, cfg);
+    pin.ranks = n;
+    pin.config = cfg;
+    pin.gather_order = gpt::GptModel::gather_order(g, spec);
+    pin.grads_held = gpt::GptModel::kGradsHeld;
+    c.plan = plan_engine_memory(pin);
+    c.comm_theory_bytes = comm_theory(pin, c.plan, n, stage, cfg);
+    MemoryTracker t;
+    gpt::GptModel m(g, t);
+    c.predicted_activations = m.activation_bytes(o.batch, g.seq, spec);
+    c.predicted_other = m.workspace_bytes(o.batch, g.seq);
+  }
+  const DType w = parse_dtype(o.dtype), r = parse_dtype(o.reduce_dtype);
+  c.formula =
+      zero_formula(static_cast<double>(c.params), n, stage, static_cast<double>(dtype_size(w)),
+                   static_cast<double>(dtype_size(r)), 12);
+  c.per_rank.resize(static_cast<std::size_t>(n));
+  std::mutex mu;
+
+  auto body = [&](Communicator& comm) {
+    Engine e(comm, cfg);
+    gpt::GptModel model(g, e.tracker());
+    model.set_checkpointing(spec);
+    model.declare(e);
+    model.init(e, 1);
+    std::vector<double> times;
+    double loss = 0;
+    for (int step = 0; step < o.steps; ++step) {
+      if (step == 1) comm.reset_stats();  // the first step warms up (first touch, pools)
+      const gpt::TokenBatch b = corpus.batch(gpt::Split::kTrain, o.batch, g.seq, comm.rank(),
+                                             static_cast<std::uint64_t>(step), 0);
+      comm.barrier();
+      const auto t0 = Clock::now();
+      loss = model.forward_backward(e, b);
+      e.step();
+      comm.barrier();
+      if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    RankFigures f;
+    f.rank = comm.rank();
+    const MemoryTracker& t = e.tracker();
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      for (std::size_t tier = 0; tier < kNumMemTiers; ++tier) {
+        f.current[k][tier] = t.current(static_cast<MemCategory>(k), static_cast<MemTier>(tier));
+        f.peak[k][tier] = t.peak(static_cast<MemCategory>(k), static_cast<MemTier>(tier));
+      }
+    }
+    f.total_current = t.current_memory();
+    f.total_peak = t.peak_memory();
+    const Engine::Buffers bb = e.buffer_bytes();
+    f.buffers = bb.in_flight_grads + bb.gathered_params;
+    f.comm_bytes_per_step = static_cast<std::size_t>(comm.stats().bytes_sent() / (o.steps - 1));
+    std::sort(times.begin(), times.end());
+    f.step_ms = times[times.size() / 2] * 1e3;
+    f.last_loss = loss;
+    comm.barrier();  // every engine still alive: the process RSS holds all ranks
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm.rank() == 0) c.process_rss = process_memory().rss_bytes;
+    c.per_rank[static_cast<std::size_t>(comm.rank())] = f;
+  };
+  if (mpi_world != nullptr) {
+    body(*mpi_world);
+    // Every rank's figures to rank 0: this process only has its own.
+    // (Under MPI the table shows rank 0's figures; totals assume identical ranks.)
+    for (int q = 0; q < n; ++q) {
+      if (q != mpi_world->rank())
+        c.per_rank[static_cast<std::size_t>(q)] =
+            c.per_rank[static_cast<std::size_t>(mpi_world->rank())],
+        c.per_rank[static_cast<std::size_t>(q)].rank = q;
+    }
+  } else {
+    ThreadGroup::run(n, body, cfg);
+  }
+  return c;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  ZERO_CHECK(out.good(), kIO, "cannot write '", path, "'");
+  out << text;
+  ZERO_CHECK(out.good(), kIO, "writing '", path, "' failed");
+}
+
+int plan_only(const Options& o) {
+  const int n = o.ranks;
+  if (o.params > 0) {
+    std::printf("DESIGN.md model-state bytes per rank, Ψ = %.4g parameters, N = %d, K = 12\n",
+                o.params, n);
+    std::printf("(16-bit params and gradients, fp32 master + Adam moments; GB = 1e9 bytes)\n");
+    std::printf("%-34s %12s %12s %12s %12s %12s\n", "configuration", "params", "gradients",
+                "optimizer", "on device", "offloaded");
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int off = 0; off < (stage == 0 ? 1 : stage == 3 ? 3 : 2); ++off) {
+        const FormulaBytes f = zero_formula(o.params, n, stage, 2, 2, 12, off >= 1, off >= 2);
+        const char* names[] = {"", " + optimizer offload", " + optimizer & param offload"};
+        char label[64];
+        std::snprintf(label, sizeof label, "stage %d%s", stage, names[off]);
+        std::printf("%-34s %9.2f GB %9.2f GB %9.2f GB %9.2f GB %9.2f GB\n", label, f.params / 1e9,
+                    f.grads / 1e9, f.optimizer / 1e9, f.total() / 1e9, f.offloaded / 1e9);
+      }
+    }
+    return 0;
+  }
+  gpt::GptConfig g = o.model;
+  g.vocab = o.vocab > 0 ? o.vocab : gpt::CharCorpus::from_file(o.data).vocab_size();
+  std::printf(
+      "this engine, predicted per rank: GPT %d layers, dim %d, vocab %d, seq %d, batch %d"
+      " per rank, N = %d, %s params, %s reduction; %zu parameters\n",
+      g.layers, g.dim, g.vocab, g.seq, o.batch, n, o.dtype.c_str(), o.reduce_dtype.c_str(),
+      g.num_params());
+  std::printf("%-18s %12s %12s %12s %12s %12s %12s %12s  %s\n", "configuration", "params16",
+              "master", "optimizer", "gradients", "comm buf", "activations", "total",
+              "largest gathered unit");
+  for (const std::string& ck : o.checkpoints) {
+    for (int stage : o.stages) {
+      const Config cfg = make_config(o, stage);
+      PlanInput pin;
+      pin.units = model_units(g, cfg);
+      pin.ranks = n;
+      pin.config = cfg;
+      const CheckpointSpec spec = CheckpointSpec::parse(ck);
+      pin.gather_order = gpt::GptModel::gather_order(g, spec);
+      pin.grads_held = gpt::GptModel::kGradsHeld;
+      const PlanResult p = plan_engine_memory(pin);
+      MemoryTracker t;
+      gpt::GptModel m(g, t);
+      const std::size_t act = m.activation_bytes(o.batch, g.seq, spec);
+      const std::size_t other = m.workspace_bytes(o.batch, g.seq);
+      auto mib = [](std::size_t b) { return static_cast<double>(b) / 1048576.0; };
+      char label[64];
+      std::snprintf(label, sizeof label, "stage %d%s", stage,
+                    ck == "none" ? "" : (" +" + ck).c_str());
+      std::printf(
+          "%-18s %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB  %s (%zu "
+          "elements)\n",
+          label, mib(p.at(MemCategory::kParams16)), mib(p.at(MemCategory::kMasterParams)),
+          mib(p.at(MemCategory::kOptimizerState)), mib(p.at(MemCategory::kGradients)),
+          mib(p.at(MemCategory::kCommBuffers)), mib(act), mib(p.total() + act + other),
+          p.largest_unit_name.c_str(), p.largest_unit);
+    }
+  }
+  std::printf(
+      "(total includes the trainer's workspace: %.2f MiB)\n",
+      static_cast<double>(
+          gpt::GptModel(g, *std::make_unique<MemoryTracker>()).workspace_bytes(o.batch, g.seq)) /
+          1048576.0);
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  if (o.plan) return plan_only(o);
+  const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
+  // Under mpirun / srun / torchrun: the ranks are processes; otherwise in-process threads.
+  std::unique_ptr<Communicator> world;
+  if (detect_launch().size > 1) {
+    Config c;
+    world = make_communicator(c);
+  }
+  const bool printer = world == nullptr || world->rank() == 0;
+  std::vector<ConfigFigures> all;
+  for (const std::string& ck : o.checkpoints) {
+    double stage0_ms = 0;
+    for (int stage : o.stages) {
+      ConfigFigures c = run_config(o, corpus, stage, ck, world.get());
+      if (stage == 0) stage0_ms = c.per_rank.front().step_ms;
+      c.step_ms_stage0 = stage0_ms;
+      if (printer) std::printf("%s", bench::format_config(c).c_str());
+      std::fflush(stdout);
+      all.push_back(std::move(c));
+    }
+  }
+  if (!printer) return 0;
+  std::printf("%s", bench::format_summary(all).c_str());
+  if (!o.json.empty()) write_file(o.json, bench::to_json(all));
+  if (!o.csv.empty()) write_file(o.csv, bench::to_csv(all));
+  if (!o.svg.empty()) write_file(o.svg, bench::to_svg(all));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zero::Error& e) {
+    std::fprintf(stderr, "zero-bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,236 @@
+// zero-train — trains the GPT-style decoder (examples/gpt) with the ZeRO engine, character by
+// character, on a text file (default: the GPL-3 text every Debian machine has).
+//
+//   zero-train [--zero-stage S] [--ranks N] [--config ds.json] [--set key=value]...
+//              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--steps K]
+//              [--dtype f32|bf16|f16] [--grad-accum A] [--lr X] [--checkpoint-activations [P]]
+//              [--data FILE] [--eval-every K] [--seed S]
+//
+// Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
+// ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
+// and rank 0's tracked memory (current / peak).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpt/gpt_model.hpp"
+#include "zero/checkpointing.hpp"
+#include "zero/comm.hpp"
+#include "zero/config.hpp"
+#include "zero/engine.hpp"
+#include "zero/error.hpp"
+#include "zero/memory_report.hpp"
+
+namespace {
+
+using namespace zero;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int ranks = 2;
+  gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 4, .dim = 128, .heads = 4};
+  int batch = 8;
+  int steps = 200;
+  std::string dtype;   // empty: from the config (bf16.enabled / fp16.enabled), else f32
+  int grad_accum = 0;  // 0: from the config
+  double lr = 0;       // 0: from the config
+  std::string checkpoint = "none";
+  std::string data = gpt::kDefaultCorpus;
+  int eval_every = 50;
+  std::uint64_t seed = 1;
+  std::vector<std::string> config_args;
+};
+
+[[noreturn]] void bad(const std::string& what) {
+  ZERO_THROW(kInvalidArgument, what, " (see the usage at the top of zero_train.cpp or README)");
+}
+
+int to_int(const std::string& flag, const std::string& v) {
+  try {
+    std::size_t pos = 0;
+    const int x = std::stoi(v, &pos);
+    if (pos != v.size()) throw 0;
+    return x;
+  } catch (...) {
+    bad(flag + " expects an integer, got '" + v + "'");
+  }
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) bad(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--ranks") {
+      o.ranks = to_int(a, value());
+    } else if (a == "--layers") {
+      o.model.layers = to_int(a, value());
+    } else if (a == "--dim") {
+      o.model.dim = to_int(a, value());
+    } else if (a == "--heads") {
+      o.model.heads = to_int(a, value());
+    } else if (a == "--seq") {
+      o.model.seq = to_int(a, value());
+    } else if (a == "--batch") {
+      o.batch = to_int(a, value());
+    } else if (a == "--steps") {
+      o.steps = to_int(a, value());
+    } else if (a == "--dtype") {
+      o.dtype = value();
+    } else if (a == "--grad-accum") {
+      o.grad_accum = to_int(a, value());
+    } else if (a == "--lr") {
+      try {
+        o.lr = std::stod(value());
+      } catch (...) {
+        bad("--lr expects a number");
+      }
+    } else if (a == "--checkpoint-activations") {
+      // Optional policy argument: none | every:K | sqrt | list:...; bare flag = sqrt.
+      if (i + 1 < argc && argv[i + 1][0] != '-') {
+        o.checkpoint = value();
+      } else {
+        o.checkpoint = "sqrt";
+      }
+    } else if (a == "--data") {
+      o.data = value();
+    } else if (a == "--eval-every") {
+      o.eval_every = to_int(a, value());
+    } else if (a == "--seed") {
+      o.seed = static_cast<std::uint64_t>(to_int(a, value()));
+    } else if (a == "--config" || a == "--set" || a == "--zero-stage") {
+      o.config_args.push_back(a);
+      o.config_args.push_back(value());
+    } else {
+      bad("unknown argument '" + a + "'");
+    }
+  }
+  if (o.ranks < 1) bad("--ranks must be >= 1");
+  if (o.steps < 1) bad("--steps must be >= 1");
+  if (o.batch < 1) bad("--batch must be >= 1");
+  (void)CheckpointSpec::parse(o.checkpoint);
+  return o;
+}
+
+Config make_config(const Options& o) {
+  ConfigBuilder b;
+  // File < environment < flags, as every zero program.
+  std::vector<std::string> files, rest;
+  for (std::size_t i = 0; i < o.config_args.size(); i += 2) {
+    if (o.config_args[i] == "--config") {
+      b.merge_file(o.config_args[i + 1]);
+    } else {
+      rest.push_back(o.config_args[i]);
+      rest.push_back(o.config_args[i + 1]);
+    }
+  }
+  b.apply_env();
+  b.apply_args(rest);
+  if (!o.dtype.empty()) {
+    const DType w = parse_dtype(o.dtype);
+    b.set(std::string("bf16.enabled=") + (w == DType::kBF16 ? "true" : "false"), "--dtype");
+    b.set(std::string("fp16.enabled=") + (w == DType::kF16 ? "true" : "false"), "--dtype");
+  }
+  if (o.grad_accum > 0) {
+    b.set("gradient_accumulation_steps=" + std::to_string(o.grad_accum), "--grad-accum");
+  }
+  if (o.lr > 0) b.set("optimizer.params.lr=" + std::to_string(o.lr), "--lr");
+  return b.build();
+}
+
+void train_rank(Communicator& comm, const Options& o, const Config& cfg,
+                const gpt::CharCorpus& corpus, std::mutex& print) {
+  gpt::GptConfig g = o.model;
+  g.vocab = corpus.vocab_size();
+  Engine e(comm, cfg);
+  gpt::GptModel model(g, e.tracker());
+  model.set_checkpointing(CheckpointSpec::parse(o.checkpoint));
+  model.declare(e);
+  model.init(e, o.seed);
+  const bool printer = comm.rank() == 0;
+  if (printer) {
+    std::lock_guard<std::mutex> lock(print);
+    std::printf(
+        "zero-train: %zu parameters (%d layers, dim %d, %d heads, seq %d, vocab %d), "
+        "stage %d, %d ranks (%s), %s, batch %d x %d per rank, accumulation %lld, "
+        "checkpointing %s; unigram entropy of the corpus %.3f nats\n",
+        g.num_params(), g.layers, g.dim, g.heads, g.seq, g.vocab, e.stage(), comm.size(),
+        std::string(comm.backend()).c_str(), std::string(to_string(e.param_dtype())).c_str(),
+        o.batch, g.seq, static_cast<long long>(cfg.gradient_accumulation_steps),
+        o.checkpoint.c_str(), corpus.unigram_entropy());
+  }
+  const auto accum = static_cast<int>(cfg.gradient_accumulation_steps);
+  for (int step = 0; step < o.steps; ++step) {
+    const auto t0 = Clock::now();
+    double loss = 0;
+    StepResult r;
+    for (int m = 0; m < accum; ++m) {
+      const gpt::TokenBatch b =
+          corpus.batch(gpt::Split::kTrain, o.batch, g.seq, comm.rank(),
+                       static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(m), o.seed);
+      loss += model.forward_backward(e, b) / accum;
+      r = e.step();
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    // The mean loss over ranks (every rank prints the same number).
+    float l = static_cast<float>(loss);
+    comm.all_reduce(&l, &l, 1, DType::kF32, ReduceOp::kAvg);
+    if (printer) {
+      const double tokens = static_cast<double>(o.batch) * g.seq * accum * comm.size();
+      std::lock_guard<std::mutex> lock(print);
+      std::printf(
+          "step %5d | loss %.4f | %8.0f tok/s | lr %.3e | grad norm %8.4f | scale %g%s | "
+          "rank 0 memory %s (peak %s)\n",
+          step + 1, l, tokens / secs, r.lr, r.grad_norm, r.loss_scale,
+          r.applied ? "" : " (skipped)", format_bytes(e.tracker().current_memory()).c_str(),
+          format_bytes(e.tracker().peak_memory()).c_str());
+      std::fflush(stdout);
+    }
+    if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
+      const gpt::TokenBatch vb =
+          corpus.batch(gpt::Split::kVal, o.batch, g.seq, comm.rank(), 0, 0, 7);
+      float vl = static_cast<float>(model.forward_loss(e, vb));
+      comm.all_reduce(&vl, &vl, 1, DType::kF32, ReduceOp::kAvg);
+      if (printer) {
+        std::lock_guard<std::mutex> lock(print);
+        std::printf("eval  %5d | validation loss %.4f\n", step + 1, vl);
+      }
+    }
+  }
+  if (printer) {
+    std::lock_guard<std::mutex> lock(print);
+    std::printf("%s", e.memory_report().table().c_str());
+  }
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const Config cfg = make_config(o);
+  const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
+  std::mutex print;
+  if (detect_launch().size > 1) {  // mpirun / srun / torchrun: this process is one rank
+    auto comm = make_communicator(cfg);
+    train_rank(*comm, o, cfg, corpus, print);
+    return 0;
+  }
+  ThreadGroup::run(
+      o.ranks, [&](Communicator& comm) { train_rank(comm, o, cfg, corpus, print); }, cfg);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const zero::Error& e) {
+    std::fprintf(stderr, "zero-train: %s\n", e.what());
+    return 2;
+  }
+}
