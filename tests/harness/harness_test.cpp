@@ -73,7 +73,9 @@ TEST(Harness, JsonTotalsAreTheTrackersAndPredictionsHold) {
     const double formula = c["formula"]["total"].get<double>();
     const int stage = c["stage"].get<int>();
     if (stage == 0) stage0_state[c["checkpoint"].get<std::string>()] = state;
-    if (stage == 1 || stage == 2) EXPECT_NEAR(state / formula, 1.0, 0.01) << what;
+    if (stage == 1 || stage == 2) {
+      EXPECT_NEAR(state / formula, 1.0, 0.01) << what;
+    }
     if (stage == 3) {
       EXPECT_LE(state, stage0_state[c["checkpoint"].get<std::string>()] / 4 * 1.001) << what;
     }
