@@ -214,12 +214,17 @@ class Communicator {
   // Issues one validated collective. Backends implement these two.
   virtual CommHandle start(const detail::CollectiveArgs& args) = 0;
   virtual std::unique_ptr<Communicator> split_impl(int color, int key) = 0;
+  // Runs one validated collective to completion (the blocking forms). Default: start + wait;
+  // a backend may run it on the calling thread when nothing is in flight.
+  virtual void run_blocking(const detail::CollectiveArgs& args);
 
   // "all_reduce(1000 x f32, sum) on ranks {0,1,2,3}, rank 1": the text every error names.
   std::string describe(const detail::CollectiveArgs& args) const;
 
  private:
+  void check(const detail::CollectiveArgs& args) const;  // throws kInvalidArgument
   CommHandle issue(const detail::CollectiveArgs& args);
+  void run(const detail::CollectiveArgs& args);
   void count(const detail::CollectiveArgs& args);
 
   int rank_;

@@ -171,7 +171,7 @@ void Communicator::count(const detail::CollectiveArgs& a) {
   c[2].fetch_add(received, std::memory_order_relaxed);
 }
 
-CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
+void Communicator::check(const detail::CollectiveArgs& a) const {
   const std::size_t es = dtype_size(a.dtype);
   const std::size_t n = static_cast<std::size_t>(size_);
   const char* name = to_string(a.kind).data();
@@ -218,10 +218,22 @@ CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
       break;
     case Collective::kBarrier: break;
   }
+}
+
+CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
+  check(a);
   CommHandle handle = start(a);
   count(a);
   return handle;
 }
+
+void Communicator::run(const detail::CollectiveArgs& a) {
+  check(a);
+  run_blocking(a);
+  count(a);
+}
+
+void Communicator::run_blocking(const detail::CollectiveArgs& args) { start(args).wait(); }
 
 // ---- the public collectives: build the arguments, check, issue.
 
@@ -231,7 +243,7 @@ CommHandle Communicator::all_reduce_async(const void* send, void* recv, std::siz
 }
 void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype,
                               ReduceOp op) {
-  all_reduce_async(send, recv, count, dtype, op).wait();
+  run({Collective::kAllReduce, send, recv, count, dtype, op, 0});
 }
 
 CommHandle Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t recv_count,
@@ -240,7 +252,7 @@ CommHandle Communicator::reduce_scatter_async(const void* send, void* recv, std:
 }
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
                                   ReduceOp op) {
-  reduce_scatter_async(send, recv, recv_count, dtype, op).wait();
+  run({Collective::kReduceScatter, send, recv, recv_count, dtype, op, 0});
 }
 
 CommHandle Communicator::all_gather_async(const void* send, void* recv, std::size_t send_count,
@@ -248,7 +260,7 @@ CommHandle Communicator::all_gather_async(const void* send, void* recv, std::siz
   return issue({Collective::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0});
 }
 void Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype) {
-  all_gather_async(send, recv, send_count, dtype).wait();
+  run({Collective::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0});
 }
 
 CommHandle Communicator::broadcast_async(const void* send, void* recv, std::size_t count,
@@ -257,13 +269,15 @@ CommHandle Communicator::broadcast_async(const void* send, void* recv, std::size
 }
 void Communicator::broadcast(const void* send, void* recv, std::size_t count, DType dtype,
                              int root) {
-  broadcast_async(send, recv, count, dtype, root).wait();
+  run({Collective::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root});
 }
 
 CommHandle Communicator::barrier_async() {
   return issue({Collective::kBarrier, nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum, 0});
 }
-void Communicator::barrier() { barrier_async().wait(); }
+void Communicator::barrier() {
+  run({Collective::kBarrier, nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum, 0});
+}
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   ZERO_CHECK(color >= 0 || color == kNoColor, kInvalidArgument, "split color ", color,

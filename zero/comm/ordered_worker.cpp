@@ -54,6 +54,7 @@ void OrderedWorker::loop(std::shared_ptr<Shared> shared, int rank) {
     std::shared_ptr<Task> task = std::move(shared->queue.front());
     shared->queue.pop_front();
     shared->queued.store(shared->queue.size(), std::memory_order_relaxed);
+    shared->running = true;
     lock.unlock();
     std::exception_ptr error;
     try {
@@ -63,6 +64,7 @@ void OrderedWorker::loop(std::shared_ptr<Shared> shared, int rank) {
     }
     task->run = nullptr;  // drop captured state (buffers, shared pointers) promptly
     lock.lock();
+    shared->running = false;
     task->error = error;
     task->done.store(true, std::memory_order_release);
     shared->done_cv.notify_all();

@@ -63,6 +63,7 @@ class OrderedWorker {
     std::deque<std::shared_ptr<Task>> queue;
     std::atomic<std::size_t> queued{0};  // queue.size(), readable without the mutex
     std::atomic<bool> stopping{false};
+    bool running = false;  // the worker is executing a task
     bool exited = false;
     std::chrono::microseconds spin{kSpinBeforeSleep};  // fixed at construction
 
@@ -82,6 +83,18 @@ class OrderedWorker {
   OrderedWorker& operator=(const OrderedWorker&) = delete;
 
   std::shared_ptr<Task> submit(std::function<void()> fn, std::string what);
+  // When nothing is queued or running, runs fn on the calling thread (saving two thread
+  // hand-offs) and returns true; exceptions propagate. Otherwise returns false without running
+  // it. Only the thread that submits may call this (so nothing can be queued meanwhile).
+  template <typename Fn>
+  bool try_run_inline(Fn&& fn) {
+    {
+      std::lock_guard lock(shared_->mu);
+      if (!shared_->queue.empty() || shared_->running || shared_->stopping.load()) return false;
+    }
+    fn();
+    return true;
+  }
   // Runs fn on the worker after everything queued and waits for it without a deadline; rethrows
   // its exception. For setup steps (split) that are collectives themselves.
   void run_sync(std::function<void()> fn, std::string what);
