@@ -43,8 +43,8 @@ struct Options {
   int steps = 3;
   std::vector<int> stages{0, 1, 2, 3};
   std::vector<std::string> checkpoints{"none", "sqrt"};
-  gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 6, .dim = 128, .heads = 4};
-  int batch = 4;  // sequences per rank per step
+  gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 6, .dim = 192, .heads = 4};
+  int batch = 2;  // sequences per rank per step
   std::string dtype = "bf16";
   std::string reduce_dtype = "bf16";  // DESIGN.md's formulas count 16-bit gradients
   std::string data = gpt::kDefaultCorpus;
@@ -151,6 +151,9 @@ Options parse(int argc, char** argv) {
 // The configuration of one run: the user's file / --set, then the harness's choices.
 Config make_config(const Options& o, int stage) {
   ConfigBuilder b;
+  // The harness's default: stage 3 prefetches one unit ahead (DeepSpeed's 5e7 elements would
+  // prefetch the whole of a small model). --config / --set / the environment override it.
+  if (stage == 3) b.set("zero_optimization.stage3_prefetch_bucket_size=1", "zero-bench");
   b.apply_env();
   std::vector<std::string> args = o.config_args;
   b.apply_args(args);
