@@ -11,9 +11,9 @@
 namespace zero {
 namespace {
 
+using testing::max_abs_diff;
 using testing::RunResult;
 using testing::RunSpec;
-using testing::max_abs_diff;
 
 Communicator& world() {
   static std::unique_ptr<Communicator> comm = [] {
@@ -25,7 +25,6 @@ Communicator& world() {
   }();
   return *comm;
 }
-
 
 TEST(EngineMpi, EveryStageMatchesStageZeroWithinTolerance) {
   Communicator& c = world();

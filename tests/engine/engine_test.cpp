@@ -26,10 +26,10 @@ using testing::Batch;
 using testing::kDims;
 using testing::kRows;
 using testing::make_config;
+using testing::max_abs_diff;
 using testing::Mlp;
 using testing::RunResult;
 using testing::RunSpec;
-using testing::max_abs_diff;
 
 RunResult train(const RunSpec& s) {
   RunResult result;
@@ -59,7 +59,6 @@ bool bitwise_equal(const std::vector<std::vector<float>>& a,
   }
   return true;
 }
-
 
 // ---- parity with stage 0
 
@@ -564,9 +563,11 @@ TEST(EnginePlan, PredictionEqualsTheTrackerForEveryStageDtypeAndPrefetchSetting)
             pin.ranks = n;
             pin.config = cfg;
             for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
-              pin.units.push_back({"layer" + std::to_string(l),
-                                   {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
-                                    {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
+              pin.units.push_back(
+                  {"layer" + std::to_string(l),
+                   {{"W",
+                     {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
+                    {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
             }
             const PlanResult plan = plan_engine_memory(pin);
             EXPECT_EQ(plan.psi, 491u);
@@ -575,11 +576,13 @@ TEST(EnginePlan, PredictionEqualsTheTrackerForEveryStageDtypeAndPrefetchSetting)
               mlp.declare(e);
               mlp.init(e, 1);
               for (int step = 0; step < 3; ++step) {
-                mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+                mlp.micro_step(
+                    e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
                 e.step();
               }
               for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-                EXPECT_EQ(e.tracker().current(static_cast<MemCategory>(c), MemTier::kHost), plan.bytes[c])
+                EXPECT_EQ(e.tracker().current(static_cast<MemCategory>(c), MemTier::kHost),
+                          plan.bytes[c])
                     << to_string(static_cast<MemCategory>(c)) << ": stage " << stage << " N=" << n
                     << " " << to_string(dt) << " overlap " << overlap << " bucket " << bucket;
               }
