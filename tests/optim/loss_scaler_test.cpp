@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "zero/config.hpp"
 #include "zero/error.hpp"
 #include "zero/loss_scaler.hpp"
+#include "zero/optimizer.hpp"
 
 namespace zero {
 namespace {
@@ -157,6 +159,38 @@ TEST(LossScaler, StateRoundTrips) {
   LossScaler::State bad = a.state();
   bad.cur_hysteresis = 0;
   EXPECT_THROW(b.load_state(bad), Error);
+}
+
+// The fp16 step as the engine runs it: one read of the gradients decides; an overflow skips the
+// optimizer, so master parameters and moments keep their bits, and the scale drops.
+TEST(LossScaler, OverflowSkipsTheStepAndTouchesNoState) {
+  OptimizerParams hp;
+  const std::size_t n = 1000;
+  std::vector<float> p(n, 0.5f), m(n, 0.01f), v(n, 0.02f);
+  std::vector<std::uint16_t> g(n, 0x3c00);  // f16 1.0
+  g[777] = 0x7c00;                          // f16 +Inf
+  ShardRef shard;
+  shard.count = n;
+  shard.master = p.data();
+  shard.grad = g.data();
+  shard.grad_dtype = DType::kF16;
+  shard.state[0] = m.data();
+  shard.state[1] = v.data();
+  CpuOptimizer opt;
+  LossScaler scaler = LossScaler::dynamic(65536, 1000, 1, false, 1);
+  const auto p0 = p, m0 = m, v0 = v;
+  const GradStats stats = opt.grad_stats(g.data(), DType::kF16, n);
+  ASSERT_TRUE(stats.non_finite);
+  if (scaler.update(stats.non_finite)) opt.step(hp, shard, 1, scaler.grad_scale());
+  EXPECT_EQ(p, p0);
+  EXPECT_EQ(m, m0);
+  EXPECT_EQ(v, v0);
+  EXPECT_EQ(scaler.scale(), 32768);
+  g[777] = 0x3c00;
+  ASSERT_FALSE(opt.grad_stats(g.data(), DType::kF16, n).non_finite);
+  ASSERT_TRUE(scaler.update(false));
+  opt.step(hp, shard, 1, scaler.grad_scale());
+  EXPECT_NE(p, p0);
 }
 
 }  // namespace
