@@ -123,18 +123,31 @@ void Communicator::reset_stats() {
 }
 
 std::string Communicator::describe(const detail::CollectiveArgs& a) const {
+  // Built for every collective (errors need it after the fact): plain appends, no streams.
   std::string s(to_string(a.kind));
+  s.reserve(64 + 4 * world_ranks_.size());
   if (a.kind != Collective::kBarrier) {
-    s += detail::cat("(", a.count, " x ", to_string(a.dtype));
+    s += '(';
+    s += std::to_string(a.count);
+    s += " x ";
+    s += to_string(a.dtype);
     if (a.kind == Collective::kAllReduce || a.kind == Collective::kReduceScatter) {
-      s += detail::cat(", ", to_string(a.op));
+      s += ", ";
+      s += to_string(a.op);
     }
-    if (a.kind == Collective::kBroadcast) s += detail::cat(", root ", a.root);
-    s += ")";
+    if (a.kind == Collective::kBroadcast) {
+      s += ", root ";
+      s += std::to_string(a.root);
+    }
+    s += ')';
   }
   s += " on ranks {";
-  for (int r = 0; r < size_; ++r) s += detail::cat(r == 0 ? "" : ",", world_ranks_[r]);
-  s += detail::cat("}, rank ", world_ranks_[rank_]);
+  for (int r = 0; r < size_; ++r) {
+    if (r > 0) s += ',';
+    s += std::to_string(world_ranks_[r]);
+  }
+  s += "}, rank ";
+  s += std::to_string(world_ranks_[rank_]);
   return s;
 }
 

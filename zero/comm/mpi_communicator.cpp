@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "zero/comm.hpp"
 #include "zero/comm/backends.hpp"
@@ -121,7 +122,8 @@ struct MpiState {
   std::mutex mu;
   bool broken = false;
   std::string broken_reason;
-  std::vector<char> scratch;  // in-place reduce_scatter; progress thread only
+  std::vector<char> scratch;                 // in-place reduce_scatter; one collective at a time
+  MPI_Request abandoned = MPI_REQUEST_NULL;  // a timed-out nonblocking call; caller's thread only
 
   void check_usable(const std::string& what) {
     std::lock_guard lock(mu);
@@ -144,9 +146,51 @@ int to_int_count(std::size_t n, const std::string& what) {
   return static_cast<int>(n);
 }
 
-// The blocking MPI call(s) of one collective, on the progress thread.
+// How run_collective completes each MPI call: blocking (on the progress thread, where the
+// caller's wait holds the deadline), or nonblocking polled with MPI_Test until `deadline` (a
+// blocking collective run on the caller's thread while nothing else is in flight: no thread
+// hand-off, and the deadline still holds).
+struct Completion {
+  bool poll = false;
+  Clock::time_point deadline{};
+  double timeout_s = 0;
+  int world_rank = 0;
+};
+
+// Polls one nonblocking request to completion or the deadline. On the deadline the request is
+// left pending (MPI cannot cancel a collective): the communicator is marked broken and the
+// buffers stay in MPI's hands.
+void poll_request(MpiState& st, MPI_Request& req, const Completion& how, const std::string& what) {
+  for (unsigned spins = 0;; ++spins) {
+    int done = 0;
+    ZERO_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    if ((spins & 255u) == 255u && Clock::now() > how.deadline) {
+      const std::string why =
+          detail::cat("rank ", how.world_rank, " timed out after ", how.timeout_s, " s in ", what,
+                      " (a peer has not joined, has failed, or is far behind)");
+      st.mark_broken(why);
+      st.abandoned = req;  // the destructor gives it a last chance to finish
+      ZERO_THROW(kTimeout, why);
+    }
+  }
+}
+
+// Either the blocking call, or the nonblocking one (last argument: the request) polled.
+#define ZERO_MPI_RUN(how, st, what, blocking_fn, nonblocking_fn, ...) \
+  do {                                                                \
+    if ((how).poll) {                                                 \
+      MPI_Request zero_req_ = MPI_REQUEST_NULL;                       \
+      ZERO_MPI_CHECK(nonblocking_fn(__VA_ARGS__, &zero_req_), what);  \
+      poll_request(st, zero_req_, how, what);                         \
+    } else {                                                          \
+      ZERO_MPI_CHECK(blocking_fn(__VA_ARGS__), what);                 \
+    }                                                                 \
+  } while (0)
+
+// The MPI call(s) of one collective.
 void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
-                    const std::string& what) {
+                    const std::string& what, const Completion& how) {
   st.check_usable(what);
   const MpiRuntime& rt = MpiRuntime::get();
   const MPI_Datatype type = MpiRuntime::type(a.dtype);
@@ -160,10 +204,11 @@ void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
         char* out = static_cast<char*>(a.recv) + done * es;
         const void* in =
             a.send == a.recv ? MPI_IN_PLACE : static_cast<const char*>(a.send) + done * es;
-        ZERO_MPI_CHECK(MPI_Allreduce(in, out, static_cast<int>(n), type, op, st.comm), what);
+        ZERO_MPI_RUN(how, st, what, MPI_Allreduce, MPI_Iallreduce, in, out, static_cast<int>(n),
+                     type, op, st.comm);
         done += n;
       }
-      if (a.count == 0) ZERO_MPI_CHECK(MPI_Barrier(st.comm), what);
+      if (a.count == 0) ZERO_MPI_RUN(how, st, what, MPI_Barrier, MPI_Ibarrier, st.comm);
       break;
     }
     case Collective::kReduceScatter: {
@@ -175,7 +220,8 @@ void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
         st.scratch.resize(a.count * es);
         out = st.scratch.data();
       }
-      ZERO_MPI_CHECK(MPI_Reduce_scatter_block(a.send, out, n, type, op, st.comm), what);
+      ZERO_MPI_RUN(how, st, what, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, a.send, out,
+                   n, type, op, st.comm);
       if (in_place && n > 0) std::memcpy(a.recv, out, a.count * es);
       break;
     }
@@ -183,10 +229,11 @@ void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
       const int n = to_int_count(a.count, what);
       const bool in_place = a.send == static_cast<const char*>(a.recv) + rank * a.count * es;
       if (in_place) {
-        ZERO_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a.recv, n, type, st.comm),
-                       what);
+        ZERO_MPI_RUN(how, st, what, MPI_Allgather, MPI_Iallgather, MPI_IN_PLACE, 0,
+                     MPI_DATATYPE_NULL, a.recv, n, type, st.comm);
       } else {
-        ZERO_MPI_CHECK(MPI_Allgather(a.send, n, type, a.recv, n, type, st.comm), what);
+        ZERO_MPI_RUN(how, st, what, MPI_Allgather, MPI_Iallgather, a.send, n, type, a.recv, n, type,
+                     st.comm);
       }
       break;
     }
@@ -196,15 +243,16 @@ void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
       }
       for (std::size_t done = 0; done < a.count;) {
         const std::size_t n = std::min<std::size_t>(a.count - done, INT_MAX);
-        ZERO_MPI_CHECK(MPI_Bcast(static_cast<char*>(a.recv) + done * es, static_cast<int>(n), type,
-                                 a.root, st.comm),
-                       what);
+        ZERO_MPI_RUN(how, st, what, MPI_Bcast, MPI_Ibcast, static_cast<char*>(a.recv) + done * es,
+                     static_cast<int>(n), type, a.root, st.comm);
         done += n;
       }
-      if (a.count == 0) ZERO_MPI_CHECK(MPI_Barrier(st.comm), what);
+      if (a.count == 0) ZERO_MPI_RUN(how, st, what, MPI_Barrier, MPI_Ibarrier, st.comm);
       break;
     }
-    case Collective::kBarrier: ZERO_MPI_CHECK(MPI_Barrier(st.comm), what); break;
+    case Collective::kBarrier:
+      ZERO_MPI_RUN(how, st, what, MPI_Barrier, MPI_Ibarrier, st.comm);
+      break;
   }
   if (a.op == ReduceOp::kAvg &&
       (a.kind == Collective::kAllReduce || a.kind == Collective::kReduceScatter)) {
@@ -245,8 +293,19 @@ class MpiCommunicator final : public Communicator {
     // then leave it behind.
     const bool joined =
         worker_.stop(state_->is_broken() ? kBrokenGrace : std::chrono::hours(24 * 365));
-    if (!joined) {
-      MpiRuntime::get().abandon();
+    bool settled = true;
+    if (state_->abandoned != MPI_REQUEST_NULL) {
+      settled = false;
+      const auto until = Clock::now() + kBrokenGrace;
+      while (!settled && Clock::now() < until) {
+        int done = 0;
+        if (MPI_Test(&state_->abandoned, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        settled = done != 0;
+        if (!settled) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    if (!joined || !settled) {
+      MpiRuntime::get().abandon();  // MPI_Finalize could wait forever for the pending call
       return;  // the MPI communicator is leaked: freeing it under a pending call is undefined
     }
     MPI_Comm_free(&state_->comm);
@@ -260,7 +319,7 @@ class MpiCommunicator final : public Communicator {
     state_->check_usable(what);  // a broken communicator fails at once, not behind a stuck call
     const double timeout = timeout_s();
     auto task = worker_.submit([st = state_, r = rank(), n = size(), args,
-                                what] { run_collective(*st, r, n, args, what); },
+                                what] { run_collective(*st, r, n, args, what, Completion{}); },
                                what);
     return CommHandle(std::make_unique<WorkerRequest>(
         worker_.shared(), std::move(task), timeout,
@@ -271,6 +330,23 @@ class MpiCommunicator final : public Communicator {
           st->mark_broken(why);
           return Error(ErrorCode::kTimeout, why, __FILE__, __LINE__);
         }));
+  }
+
+  // Blocking collectives run on the caller's thread when nothing is in flight, as nonblocking
+  // MPI calls polled up to the deadline: no hand-off to the progress thread (tens of
+  // microseconds, which small collectives notice), and the timeout still holds.
+  void run_blocking(const CollectiveArgs& args) override {
+    const std::string what = describe(args);
+    state_->check_usable(what);
+    Completion how;
+    how.poll = true;
+    how.timeout_s = timeout_s();
+    how.deadline = deadline_after(how.timeout_s);
+    how.world_rank = world_ranks()[rank()];
+    if (!worker_.try_run_inline(
+            [&] { run_collective(*state_, rank(), size(), args, what, how); })) {
+      start(args).wait();
+    }
   }
 
   std::unique_ptr<Communicator> split_impl(int color, int key) override {
