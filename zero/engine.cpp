@@ -730,7 +730,9 @@ StepResult Engine::step() {
   const Impl::Stats st = m.global_stats();
   const double scale = m.scaler.scale();
   res.grad_norm = std::sqrt(st.sum_squares) / scale;
-  res.lr = m.schedule.lr(m.steps);
+  // DeepSpeed steps its scheduler after each optimizer step: update k (1-based) runs with the
+  // lr after the scheduler's (k-2)-th step, lr(-1) being what its constructor set.
+  res.lr = m.schedule.lr(m.steps - 1);
   m.micro = 0;
   if (st.non_finite) {
     // Every rank saw every rank's flag: all skip together. No state is touched.
