@@ -17,6 +17,7 @@
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
+#include "zero/lr_schedule.hpp"
 #include "zero/plan.hpp"
 
 namespace zero {
@@ -607,6 +608,29 @@ TEST(EnginePlan, FormulasReproduceTheZeroPapersSevenPointFiveBillionExample) {
   const FormulaBytes off = zero_formula(psi, 64, 3, 2, 2, 12, true, true);
   EXPECT_NEAR(off.total() / 1e9, 2 * psi / 64 / 1e9, 1e-9);  // only the gradient shard stays
   EXPECT_NEAR(off.offloaded / 1e9, 14 * psi / 64 / 1e9, 1e-9);
+}
+
+}  // namespace
+}  // namespace zero
+
+namespace zero {
+namespace {
+
+TEST(EngineSchedule, UpdateKRunsWithTheSchedulersLrAfterStepKMinusTwo) {
+  const Config cfg = make_config({.stage = 2, .ranks = 2});
+  const LrSchedule sched = LrSchedule::from_config(cfg.scheduler, cfg.optimizer.lr);
+  const Mlp mlp(kDims);
+  ThreadGroup::run(2, [&](Communicator& comm) {
+    Engine e(comm, cfg);
+    mlp.declare(e);
+    mlp.init(e, 1);
+    for (int k = 1; k <= 8; ++k) {
+      mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, k, 0, comm.rank()));
+      const StepResult r = e.step();
+      EXPECT_EQ(r.lr, sched.lr(k - 2)) << "update " << k;
+      EXPECT_EQ(r.steps, k);
+    }
+  });
 }
 
 }  // namespace
