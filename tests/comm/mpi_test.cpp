@@ -62,14 +62,20 @@ TEST(Mpi, ManyAsyncCollectivesCompleteInIssueOrder) {
   run_async_in_order(world(), Exactness::kTolerance);
 }
 
-TEST(Mpi, LateRankMakesTheOthersTimeOutWithoutHanging) {
+// Small blocking collectives run inline (nonblocking MPI polled to the deadline), large ones on
+// the progress thread (blocking MPI): both must time out.
+class MpiLateRank : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(MpiLateRank, MakesTheOthersTimeOutWithoutHanging) {
   Communicator& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs 2 ranks";
   // A communicator of its own: the timeout breaks it.
   auto c = w.split(0, w.rank());
   ASSERT_NE(nullptr, c);
   c->set_timeout_s(1.0);
-  std::vector<float> buf(1031, 1.0f);
+  const std::size_t count = GetParam();
+  std::vector<float> buf(count, 1.0f);
+  const std::string name = detail::cat("all_reduce(", count, " x f32, sum)");
   if (c->rank() == 0) {
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -77,7 +83,7 @@ TEST(Mpi, LateRankMakesTheOthersTimeOutWithoutHanging) {
       ADD_FAILURE() << "no timeout";
     } catch (const Error& e) {
       EXPECT_EQ(ErrorCode::kTimeout, e.code()) << e.what();
-      EXPECT_NE(std::string::npos, e.message().find("all_reduce(1031 x f32, sum)")) << e.what();
+      EXPECT_NE(std::string::npos, e.message().find(name)) << e.what();
       EXPECT_NE(std::string::npos, e.message().find("on ranks {0,1")) << e.what();
     }
     const double waited =
@@ -99,6 +105,9 @@ TEST(Mpi, LateRankMakesTheOthersTimeOutWithoutHanging) {
   c.reset();
   w.barrier();
 }
+
+INSTANTIATE_TEST_SUITE_P(InlineAndProgressThread, MpiLateRank,
+                         ::testing::Values(std::size_t{1031}, std::size_t{100003}));
 
 TEST(Mpi, SplitFormsOrderedSubGroups) {
   Communicator& w = world();

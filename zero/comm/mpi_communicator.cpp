@@ -2,10 +2,10 @@
 //
 // Asynchrony: each communicator owns a progress thread (OrderedWorker) that runs the blocking MPI
 // collectives in issue order. Chosen over MPI_I* nonblocking collectives because Open MPI only
-// progresses those inside MPI calls (so a rank computing between test() calls makes no progress),
-// and because the blocking call is exactly the raw MPI figure the benchmark compares with;
-// bench_comm measures both (BM_RawMpi*/nonblocking:1). Needs MPI_THREAD_MULTIPLE (splits have
-// their own threads).
+// progresses those inside MPI calls (so a rank computing between test() calls makes no
+// progress) and its nonblocking algorithms are slower (bench_comm: raw_nb_GBps vs raw_GBps).
+// Small blocking collectives skip the thread (run_blocking). Needs MPI_THREAD_MULTIPLE (splits
+// have their own threads).
 //
 // 16-bit types travel as MPI_UINT16_T and reduce through user-defined ops that combine in fp32
 // (host_reduce.hpp); f32 max is a user op too, so max propagates NaN on every backend. avg is a
@@ -276,6 +276,8 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
 }
 
 constexpr std::chrono::seconds kBrokenGrace{10};
+// Per-rank bytes up to which a blocking collective runs inline (see run_blocking).
+constexpr std::size_t kInlineMaxBytes = 8 << 10;
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -332,10 +334,21 @@ class MpiCommunicator final : public Communicator {
         }));
   }
 
-  // Blocking collectives run on the caller's thread when nothing is in flight, as nonblocking
-  // MPI calls polled up to the deadline: no hand-off to the progress thread (tens of
-  // microseconds, which small collectives notice), and the timeout still holds.
+  // Small blocking collectives run on the caller's thread when nothing is in flight, as
+  // nonblocking MPI calls polled up to the deadline: no hand-off to the progress thread (tens of
+  // microseconds on a busy machine), and the timeout still holds. Larger ones go to the progress
+  // thread: Open MPI's nonblocking algorithms (libnbc) were measured 2-30x slower than the tuned
+  // blocking ones from 16 KiB up (bench_comm, raw_nb_GBps vs raw_GBps), where a hand-off costs
+  // nothing in comparison.
   void run_blocking(const CollectiveArgs& args) override {
+    const std::size_t per_rank =
+        args.kind == Collective::kReduceScatter || args.kind == Collective::kAllGather
+            ? args.count * dtype_size(args.dtype) * size()
+            : args.count * dtype_size(args.dtype);
+    if (per_rank > kInlineMaxBytes) {
+      start(args).wait();  // the tuned blocking algorithm on the progress thread
+      return;
+    }
     const std::string what = describe(args);
     state_->check_usable(what);
     Completion how;
