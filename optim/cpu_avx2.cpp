@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "optim/cpu_kernels.hpp"
+#include "zero/detail/bf16_simd.hpp"
 
 namespace zero::detail::optim {
 
@@ -31,14 +32,7 @@ inline __m256 load8(const void* base, std::size_t i) {
 
 // f32 -> bf16 with the rounding and NaN rule of zero::f32_to_bf16 (integer lanes).
 inline __m128i to_bf16(__m256 x) {
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  const __m256i r = _mm256_blendv_epi8(rounded, quiet, is_nan);
+  const __m256i r = detail::bf16_round_avx2(_mm256_castps_si256(x));
   // packus works per 128-bit lane: [r0..3 r0..3 | r4..7 r4..7]; qwords 0 and 2 hold r0..7.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
   return _mm256_castsi256_si128(packed);

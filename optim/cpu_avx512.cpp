@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "optim/cpu_kernels.hpp"
+#include "zero/detail/bf16_simd.hpp"
 
 namespace zero::detail::optim {
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "zero/detail/bf16_simd.hpp"
 #include "zero/detail/dtype_convert.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
@@ -34,6 +35,9 @@ DType parse_dtype(std::string_view name) {
 
 namespace {
 
+using detail::bf16_round_avx2;
+using detail::bf16_round_avx512;
+
 // ---- scalar
 void f32_to_bf16_scalar(const float* s, std::uint16_t* d, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
@@ -50,17 +54,6 @@ void f16_to_f32_scalar(const std::uint16_t* s, float* d, std::size_t n) {
 
 // ---- AVX2 + F16C
 #define ZERO_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// bf16 rounding in integer lanes: the same formula as zero::f32_to_bf16.
-ZERO_TARGET_AVX2 __m256i bf16_round_avx2(__m256i u) {
-  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  return _mm256_blendv_epi8(rounded, quiet, is_nan);
-}
 
 ZERO_TARGET_AVX2 void f32_to_bf16_avx2(const float* s, std::uint16_t* d, std::size_t n) {
   std::size_t i = 0;
@@ -111,16 +104,6 @@ ZERO_TARGET_AVX2 void f16_to_f32_avx2(const std::uint16_t* s, float* d, std::siz
 
 ZERO_TARGET_AVX512 inline __mmask16 tail_mask(std::size_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-}
-
-ZERO_TARGET_AVX512 __m512i bf16_round_avx512(__m512i u) {
-  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_mask_blend_epi32(is_nan, rounded, quiet);
 }
 
 // Without AVX512_BF16: integer rounding.
