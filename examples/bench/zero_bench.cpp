@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/bench_report.hpp"
+#include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/comm.hpp"
@@ -69,17 +70,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-int to_int(const std::string& flag, const std::string& v) {
-  try {
-    std::size_t pos = 0;
-    const int x = std::stoi(v, &pos);
-    if (pos != v.size()) throw 0;
-    return x;
-  } catch (...) {
-    usage_error(flag + " expects an integer, got '" + v + "'");
-  }
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -88,27 +78,21 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--ranks") {
-      o.ranks = to_int(a, value());
+    if (gpt::model_flag(a, value, o.model)) {
+      continue;
+    } else if (a == "--ranks") {
+      o.ranks = gpt::flag_int(a, value());
     } else if (a == "--steps") {
-      o.steps = to_int(a, value());
+      o.steps = gpt::flag_int(a, value());
     } else if (a == "--stages") {
       o.stages.clear();
-      for (const auto& s : split(value(), ',')) o.stages.push_back(to_int(a, s));
+      for (const auto& s : split(value(), ',')) o.stages.push_back(gpt::flag_int(a, s));
     } else if (a == "--checkpoint") {
       o.checkpoints = split(value(), ',');
-    } else if (a == "--layers") {
-      o.model.layers = to_int(a, value());
-    } else if (a == "--dim") {
-      o.model.dim = to_int(a, value());
-    } else if (a == "--heads") {
-      o.model.heads = to_int(a, value());
-    } else if (a == "--seq") {
-      o.model.seq = to_int(a, value());
     } else if (a == "--batch") {
-      o.batch = to_int(a, value());
+      o.batch = gpt::flag_int(a, value());
     } else if (a == "--vocab") {
-      o.vocab = to_int(a, value());
+      o.vocab = gpt::flag_int(a, value());
     } else if (a == "--dtype") {
       o.dtype = value();
     } else if (a == "--reduce-dtype") {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/comm.hpp"
@@ -48,17 +49,6 @@ struct Options {
   ZERO_THROW(kInvalidArgument, what, " (see the usage at the top of zero_train.cpp or README)");
 }
 
-int to_int(const std::string& flag, const std::string& v) {
-  try {
-    std::size_t pos = 0;
-    const int x = std::stoi(v, &pos);
-    if (pos != v.size()) throw 0;
-    return x;
-  } catch (...) {
-    bad(flag + " expects an integer, got '" + v + "'");
-  }
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -67,24 +57,18 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) bad(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--ranks") {
-      o.ranks = to_int(a, value());
-    } else if (a == "--layers") {
-      o.model.layers = to_int(a, value());
-    } else if (a == "--dim") {
-      o.model.dim = to_int(a, value());
-    } else if (a == "--heads") {
-      o.model.heads = to_int(a, value());
-    } else if (a == "--seq") {
-      o.model.seq = to_int(a, value());
+    if (gpt::model_flag(a, value, o.model)) {
+      continue;
+    } else if (a == "--ranks") {
+      o.ranks = gpt::flag_int(a, value());
     } else if (a == "--batch") {
-      o.batch = to_int(a, value());
+      o.batch = gpt::flag_int(a, value());
     } else if (a == "--steps") {
-      o.steps = to_int(a, value());
+      o.steps = gpt::flag_int(a, value());
     } else if (a == "--dtype") {
       o.dtype = value();
     } else if (a == "--grad-accum") {
-      o.grad_accum = to_int(a, value());
+      o.grad_accum = gpt::flag_int(a, value());
     } else if (a == "--lr") {
       try {
         o.lr = std::stod(value());
@@ -101,9 +85,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--data") {
       o.data = value();
     } else if (a == "--eval-every") {
-      o.eval_every = to_int(a, value());
+      o.eval_every = gpt::flag_int(a, value());
     } else if (a == "--seed") {
-      o.seed = static_cast<std::uint64_t>(to_int(a, value()));
+      o.seed = static_cast<std::uint64_t>(gpt::flag_int(a, value()));
     } else if (a == "--config" || a == "--set" || a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());

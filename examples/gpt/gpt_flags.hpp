@@ -1,0 +1,46 @@
+// gpt/gpt_flags.hpp — the command-line flags zero-train and zero-bench share: integers that
+// must parse whole, and the model's shape (--layers --dim --heads --seq).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "gpt/gpt_model.hpp"
+#include "zero/error.hpp"
+
+namespace zero::gpt {
+
+// The whole of `value` as an int; zero::Error(kInvalidArgument) naming the flag otherwise.
+inline int flag_int(const std::string& flag, const std::string& value) {
+  std::size_t pos = 0;
+  int x = 0;
+  try {
+    x = std::stoi(value, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  ZERO_CHECK(pos == value.size() && !value.empty(), kInvalidArgument, flag,
+             " expects an integer, got '", value, "'");
+  return x;
+}
+
+// Applies --layers / --dim / --heads / --seq to `model`; false for any other flag. `value`
+// yields the flag's argument (and may throw when it is missing).
+template <typename Value>
+bool model_flag(const std::string& flag, Value&& value, GptConfig& model) {
+  if (flag == "--layers") {
+    model.layers = flag_int(flag, value());
+  } else if (flag == "--dim") {
+    model.dim = flag_int(flag, value());
+  } else if (flag == "--heads") {
+    model.heads = flag_int(flag, value());
+  } else if (flag == "--seq") {
+    model.seq = flag_int(flag, value());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace zero::gpt
