@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -188,6 +189,45 @@ double comm_theory(const PlanInput& pin, const PlanResult& plan, int n, int stag
   return f * psi * rs + f * gathered * ws + (n - 1) * 16.0;
 }
 
+// RankFigures as 64-bit words, to move between processes (an all-gather copies bits).
+std::vector<std::uint64_t> pack(const RankFigures& f) {
+  std::vector<std::uint64_t> w;
+  w.push_back(static_cast<std::uint64_t>(f.rank));
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+      w.push_back(f.current[k][t]);
+      w.push_back(f.peak[k][t]);
+    }
+  }
+  for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step}) {
+    w.push_back(v);
+  }
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &f.step_ms, 8);
+  w.push_back(bits);
+  std::memcpy(&bits, &f.last_loss, 8);
+  w.push_back(bits);
+  return w;
+}
+
+RankFigures unpack(const std::uint64_t* w) {
+  RankFigures f;
+  f.rank = static_cast<int>(*w++);
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+      f.current[k][t] = *w++;
+      f.peak[k][t] = *w++;
+    }
+  }
+  f.total_current = *w++;
+  f.total_peak = *w++;
+  f.buffers = *w++;
+  f.comm_bytes_per_step = *w++;
+  std::memcpy(&f.step_ms, w++, 8);
+  std::memcpy(&f.last_loss, w++, 8);
+  return f;
+}
+
 ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int stage,
                          const std::string& ckpt, Communicator* mpi_world) {
   const Config cfg = make_config(o, stage);
@@ -267,13 +307,14 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
   };
   if (mpi_world != nullptr) {
     body(*mpi_world);
-    // Every rank's figures to rank 0: this process only has its own.
-    // (Under MPI the table shows rank 0's figures; totals assume identical ranks.)
+    // Each process measured its own rank: all-gather every rank's figures (bits copied).
+    const std::vector<std::uint64_t> mine =
+        pack(c.per_rank[static_cast<std::size_t>(mpi_world->rank())]);
+    std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(n));
+    mpi_world->all_gather(mine.data(), all.data(), mine.size() * 2, DType::kF32);
     for (int q = 0; q < n; ++q) {
-      if (q != mpi_world->rank())
-        c.per_rank[static_cast<std::size_t>(q)] =
-            c.per_rank[static_cast<std::size_t>(mpi_world->rank())],
-        c.per_rank[static_cast<std::size_t>(q)].rank = q;
+      c.per_rank[static_cast<std::size_t>(q)] =
+          unpack(all.data() + static_cast<std::size_t>(q) * mine.size());
     }
   } else {
     ThreadGroup::run(n, body, cfg);
