@@ -591,7 +591,13 @@ void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
   const auto& pl = m.lay(u).params.at(static_cast<std::size_t>(param));
   ZERO_CHECK(count == pl.numel, kInvalidArgument, "read_param('", m.name(u), "'): ", count,
              " values for a parameter of ", pl.numel, " elements");
-  GatherGuard g = gather(u);
+  ZERO_CHECK(param >= 0, kInvalidArgument, "read_param: negative parameter index");
+  // Not a training gather: it neither enters the recorded order nor starts prefetches.
+  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+  if (!m.kept_whole(u) && us.gathered.empty()) m.start_gather(u, /*async=*/false);
+  if (us.prefetch.valid()) us.prefetch.wait();
+  ++us.holders;
+  GatherGuard g(this, u);
   const View v = g.param(param);
   convert(v.data, m.w, out, DType::kF32, count);
 }

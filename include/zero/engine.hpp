@@ -169,7 +169,7 @@ class Engine {
   // working copy). REQUIRES: count == numel of the parameter.
   void set_param(UnitId u, int param, const float* values, std::size_t count);
   // Reads the working-precision values of a parameter as f32. Stage 3: a collective (gathers
-  // the unit if it is not gathered).
+  // the unit if it is not gathered); it does not change the recorded gather order.
   void read_param(UnitId u, int param, float* out, std::size_t count);
 
   // Makes unit u's parameters whole for the guard's lifetime; stage 3 all-gathers (waiting for a
