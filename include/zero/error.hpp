@@ -3,7 +3,7 @@
 // Every failure the library reports is a zero::Error carrying a code (what kind of failure) and
 // a message that names what was wrong (config key, file and offset, rank, size). All throws go
 // through ZERO_THROW / ZERO_CHECK, which record the file and line of the throw site.
-// The library never calls exit() or abort() on a user error.
+// The library never ends the process (no exit, no abort) on a user error.
 //
 // Thread safety: Error is an immutable value; copying and reading it is safe from any thread.
 #pragma once

@@ -76,7 +76,7 @@ struct NcclState {
     ZERO_CHECK(!broken, kRemoteFailure, what, ": the communicator is broken: ", broken_reason);
   }
   // Aborts the NCCL communicator once (kernels in flight are torn down) and records why.
-  void abort(std::string why) {
+  void abort_comm(std::string why) {
     std::lock_guard lock(mu);
     if (!broken) broken_reason = std::move(why);
     broken = true;
@@ -97,7 +97,7 @@ struct NcclState {
     if (async != ncclSuccess && async != ncclInProgress) {
       const std::string why = detail::cat(what, ": NCCL reported ", ncclGetErrorString(async), " (",
                                           ncclGetLastError(comm), ")");
-      abort(why);
+      abort_comm(why);
       ZERO_THROW(kRemoteFailure, why);
     }
   }
@@ -118,7 +118,7 @@ struct NcclState {
       }
       if (Clock::now() > deadline) {
         const std::string why = detail::cat(what, ": NCCL still in progress at the deadline");
-        abort(why);
+        abort_comm(why);
         ZERO_THROW(kTimeout, why);
       }
       std::this_thread::yield();
@@ -151,7 +151,7 @@ class NcclRequest final : public CommRequest {
         const std::string why = detail::cat(what_, ": timed out after ", timeout_s_,
                                             " s (a peer has not joined, has failed, or is far "
                                             "behind); the NCCL communicator was aborted");
-        st_->abort(why);
+        st_->abort_comm(why);
         ZERO_THROW(kTimeout, why);
       }
       // Spin briefly (short collectives), then back off so a waiting rank does not burn a core.
