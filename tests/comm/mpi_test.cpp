@@ -143,3 +143,31 @@ TEST(Mpi, ByteCountersFollowTheRingVolumes) {
 
 }  // namespace
 }  // namespace zero::test
+
+namespace zero::test {
+namespace {
+
+// Regression: a small blocking collective ran as nonblocking MPI inline on a rank whose progress
+// thread was idle, but as blocking MPI on the progress thread of a rank still busy with an
+// earlier async collective; MPI does not match the two and both ranks hung (the engine hit it
+// in stage 3). Now the size alone picks the MPI call.
+TEST(Mpi, SmallBlockingCollectiveMatchesWhetherRunInlineOrQueued) {
+  Communicator& c = world();
+  const double saved = c.timeout_s();
+  c.set_timeout_s(20);
+  std::vector<float> big(std::size_t{1} << 20, 1.0f), big_out(big.size());
+  for (int rep = 0; rep < 20; ++rep) {
+    CommHandle h =
+        c.all_reduce_async(big.data(), big_out.data(), big.size(), DType::kF32, ReduceOp::kSum);
+    if (c.rank() % 2 == 1) h.wait();  // odd ranks: progress thread idle -> the inline path
+    float one = 1.0f, sum = 0.0f;
+    c.all_reduce(&one, &sum, 1, DType::kF32, ReduceOp::kSum);  // even ranks: queued behind
+    h.wait();
+    ASSERT_EQ(sum, static_cast<float>(c.size())) << "rep " << rep;
+    ASSERT_EQ(big_out[12345], static_cast<float>(c.size()));
+  }
+  c.set_timeout_s(saved);
+}
+
+}  // namespace
+}  // namespace zero::test

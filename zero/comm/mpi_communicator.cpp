@@ -320,9 +320,23 @@ class MpiCommunicator final : public Communicator {
     std::string what = describe(args);
     state_->check_usable(what);  // a broken communicator fails at once, not behind a stuck call
     const double timeout = timeout_s();
-    auto task = worker_.submit([st = state_, r = rank(), n = size(), args,
-                                what] { run_collective(*st, r, n, args, what, Completion{}); },
-                               what);
+    // Blocking or nonblocking MPI is chosen by the size alone, never by which thread runs the
+    // call: MPI does not match a nonblocking collective with a blocking one, and ranks may take
+    // different paths (inline on one, the progress thread on another) for the same collective.
+    const bool polled = small(args);
+    auto task = worker_.submit(
+        [st = state_, r = rank(), n = size(), args, what, polled, timeout,
+         me = world_ranks()[rank()]] {
+          Completion how;
+          if (polled) {
+            how.poll = true;
+            how.timeout_s = timeout;
+            how.deadline = deadline_after(timeout);
+            how.world_rank = me;
+          }
+          run_collective(*st, r, n, args, what, how);
+        },
+        what);
     return CommHandle(std::make_unique<WorkerRequest>(
         worker_.shared(), std::move(task), timeout,
         [st = state_, me = world_ranks()[rank()]](const OrderedWorker::Task& t, double s) {
@@ -334,19 +348,23 @@ class MpiCommunicator final : public Communicator {
         }));
   }
 
-  // Small blocking collectives run on the caller's thread when nothing is in flight, as
-  // nonblocking MPI calls polled up to the deadline: no hand-off to the progress thread (tens of
-  // microseconds on a busy machine), and the timeout still holds. Larger ones go to the progress
-  // thread: Open MPI's nonblocking algorithms (libnbc) were measured 2-30x slower than the tuned
-  // blocking ones from 16 KiB up (bench_comm, raw_nb_GBps vs raw_GBps), where a hand-off costs
-  // nothing in comparison.
-  void run_blocking(const CollectiveArgs& args) override {
+  // Small collectives (up to kInlineMaxBytes per rank) are nonblocking MPI calls polled up to
+  // the deadline; a blocking one runs on the caller's thread when nothing is in flight (no
+  // hand-off to the progress thread: tens of microseconds on a busy machine), else after what is
+  // queued on the progress thread. Larger ones are the tuned blocking algorithms on the progress
+  // thread: Open MPI's nonblocking algorithms (libnbc) were measured 2-30x slower than those
+  // from 16 KiB up (bench_comm, raw_nb_GBps vs raw_GBps), where a hand-off costs nothing.
+  bool small(const CollectiveArgs& args) const {
     const std::size_t per_rank =
         args.kind == Collective::kReduceScatter || args.kind == Collective::kAllGather
-            ? args.count * dtype_size(args.dtype) * size()
+            ? args.count * dtype_size(args.dtype) * static_cast<std::size_t>(size())
             : args.count * dtype_size(args.dtype);
-    if (per_rank > kInlineMaxBytes) {
-      start(args).wait();  // the tuned blocking algorithm on the progress thread
+    return per_rank <= kInlineMaxBytes;
+  }
+
+  void run_blocking(const CollectiveArgs& args) override {
+    if (!small(args)) {
+      start(args).wait();
       return;
     }
     const std::string what = describe(args);
@@ -358,7 +376,7 @@ class MpiCommunicator final : public Communicator {
     how.world_rank = world_ranks()[rank()];
     if (!worker_.try_run_inline(
             [&] { run_collective(*state_, rank(), size(), args, what, how); })) {
-      start(args).wait();
+      start(args).wait();  // polled too: the same MPI call as inline
     }
   }
 
