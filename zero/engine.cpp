@@ -720,9 +720,14 @@ StepResult Engine::step() {
     }
     m.recording.clear();
     m.trace_pos = 0;
-    // Prefetches must not cross the update: parameters change below.
+    // Prefetches must not cross the update: parameters change below. A gathered copy still held
+    // by the trainer would go stale, so that is an error.
     for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-      if (m.units[static_cast<std::size_t>(u)].holders == 0) m.drop_gathered(u);
+      const Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
+      ZERO_CHECK(us.holders == 0 || m.kept_whole(u), kInvalidArgument, "step(): unit '", m.name(u),
+                 "' is still gathered (release its GatherGuard before step(): its ",
+                 "gathered parameters would not see the update)");
+      m.drop_gathered(u);
     }
     ++m.micro;
     res.loss_scale = m.scaler.scale();

@@ -419,6 +419,12 @@ TEST(EngineMisuse, ClearErrors) {
     g0.release();
     expect_error([&] { g0.param(0); }, ErrorCode::kInvalidArgument, "released");
     expect_error([&] { e.set_param(0, 0, nullptr, 3); }, ErrorCode::kInvalidArgument, "55");
+    // step() while a stage-3 unit is still gathered: its copy would miss the update.
+    {
+      GatherGuard held = e.gather(2);
+      for (UnitId u = 0; u < e.num_units(); ++u) e.grads_ready(u);
+      expect_error([&] { e.step(); }, ErrorCode::kInvalidArgument, "still gathered");
+    }
   });
   // Layout errors name the unit and parameter.
   ThreadGroup::run(1, [&](Communicator& comm) {
