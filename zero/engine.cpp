@@ -710,6 +710,10 @@ StepResult Engine::step() {
     for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
       ZERO_CHECK(m.units[static_cast<std::size_t>(u)].ready, kInvalidArgument, "step(): unit '",
                  m.name(u), "' has no gradients this micro-step (call grads_ready for every unit)");
+      // A gathered stage-3 copy still held by the trainer would miss the update.
+      ZERO_CHECK(m.units[static_cast<std::size_t>(u)].holders == 0 || m.kept_whole(u),
+                 kInvalidArgument, "step(): unit '", m.name(u),
+                 "' is still gathered (release its GatherGuard before step())");
     }
     m.finish_all_pending();
     for (auto& us : m.units) us.ready = false;
@@ -720,15 +724,8 @@ StepResult Engine::step() {
     }
     m.recording.clear();
     m.trace_pos = 0;
-    // Prefetches must not cross the update: parameters change below. A gathered copy still held
-    // by the trainer would go stale, so that is an error.
-    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-      const Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
-      ZERO_CHECK(us.holders == 0 || m.kept_whole(u), kInvalidArgument, "step(): unit '", m.name(u),
-                 "' is still gathered (release its GatherGuard before step(): its ",
-                 "gathered parameters would not see the update)");
-      m.drop_gathered(u);
-    }
+    // Prefetches must not cross the update: parameters change below.
+    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) m.drop_gathered(u);
     ++m.micro;
     res.loss_scale = m.scaler.scale();
     res.steps = m.steps;
