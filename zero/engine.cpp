@@ -161,9 +161,15 @@ struct Engine::Impl {
   // In attach mode with W == R the trainer's gradient buffer is reduced in place.
   char* acc_base() const { return attached && w == r ? ext_grads : static_cast<char*>(acc.data()); }
   Buffer params_shard;  // W: stage 3 sharded units
-  Buffer master;        // f32 (16-bit training only)
-  Buffer state[2];      // optimizer state
-  Buffer acc;           // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
+  Buffer master;        // f32 (16-bit training, or optimizer offload)
+  // Optimizer offload to host memory (offload_optimizer.device = cpu): master and state live in
+  // pinned host memory; the step streams each shard through `offload_buffers` pinned staging
+  // buffers of `offload_chunk` elements (gradient chunk in, updated parameter chunk out).
+  bool offload_optimizer = false;
+  std::size_t offload_chunk = 0, offload_buffers = 0;
+  std::vector<Buffer> staging_grad, staging_param;
+  Buffer state[2];  // optimizer state
+  Buffer acc;       // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
   std::unique_ptr<BufferPool> grad_pool, stage_pool, gather_pool;
 
   std::deque<Pending> pending;
@@ -203,11 +209,17 @@ struct Engine::Impl {
     } else {
       tracker = opts.tracker;
     }
-    ZERO_CHECK(!cfg.zero_optimization.offload_optimizer.enabled() &&
-                   !cfg.zero_optimization.offload_param.enabled(),
-               kConfig,
-               "config key 'zero_optimization.offload_optimizer.device' / 'offload_param.device': "
-               "offload is not available in this engine yet");
+    const OffloadConfig& oo = cfg.zero_optimization.offload_optimizer;
+    ZERO_CHECK(oo.device != "nvme", kConfig,
+               "config key 'zero_optimization.offload_optimizer.device' = \"nvme\": NVMe offload "
+               "is not available in this engine yet (\"cpu\" is)");
+    ZERO_CHECK(!cfg.zero_optimization.offload_param.enabled(), kConfig,
+               "config key 'zero_optimization.offload_param.device' = \"",
+               cfg.zero_optimization.offload_param.device,
+               "\": parameter offload is not available in this engine yet");
+    offload_optimizer = oo.device == "cpu";
+    offload_chunk = static_cast<std::size_t>(oo.buffer_size);
+    offload_buffers = static_cast<std::size_t>(oo.buffer_count);
     if (!opts.poison_released.has_value()) {
 #ifdef NDEBUG
       opts.poison_released = false;
@@ -267,12 +279,27 @@ struct Engine::Impl {
     }
     params_shard = Buffer::host(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
     const std::size_t opt_elems = policy.shard_optimizer ? layout.total_shard : layout.total_padded;
-    if (w != DType::kF32) {
-      master = Buffer::host(*tracker, MemCategory::kMasterParams, opt_elems * 4, {.zero = true});
+    auto opt_alloc = [&](MemCategory c, std::size_t bytes, AllocOptions o) {
+      return offload_optimizer ? Buffer::pinned(*tracker, c, bytes, o)
+                               : Buffer::host(*tracker, c, bytes, o);
+    };
+    if (separate_master()) {
+      master = opt_alloc(MemCategory::kMasterParams, opt_elems * 4, {.zero = true});
     }
     const DType sd = oparams.state_dtype();
     for (int k = 0; k < oparams.num_states(); ++k) {
-      state[k] = Buffer::host(*tracker, MemCategory::kOptimizerState, opt_elems * dtype_size(sd));
+      state[k] = opt_alloc(MemCategory::kOptimizerState, opt_elems * dtype_size(sd), {});
+    }
+    if (offload_optimizer) {
+      // Persistent staging: allocated once, reused every step (no allocation per step).
+      for (std::size_t b = 0; b < offload_buffers; ++b) {
+        staging_grad.push_back(
+            Buffer::pinned(*tracker, MemCategory::kOffloadStaging, offload_chunk * rs));
+        if (w != DType::kF32) {  // fp32: the pinned master is copied to the parameters directly
+          staging_param.push_back(
+              Buffer::pinned(*tracker, MemCategory::kOffloadStaging, offload_chunk * ws));
+        }
+      }
     }
     // Zero the state in the partitioning the step uses (first touch lands here).
     for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
@@ -308,8 +335,11 @@ struct Engine::Impl {
     if (kept_whole(u)) return at(whole_base(), us.whole_offset + step_begin(u), w);
     return at(params_shard.data(), us.shard_param_offset, w);
   }
+  // fp32 training keeps no master copy (the parameters are the master) unless the optimizer is
+  // offloaded: then the master lives with the optimizer state in host memory.
+  bool separate_master() const { return w != DType::kF32 || offload_optimizer; }
   float* master_ptr(UnitId u) {
-    if (w == DType::kF32) return reinterpret_cast<float*>(param_step_ptr(u));
+    if (!separate_master()) return reinterpret_cast<float*>(param_step_ptr(u));
     return master.as<float>() + opt_offset(u);
   }
   char* acc_ptr(UnitId u) {
@@ -331,6 +361,41 @@ struct Engine::Impl {
       s.param_copy_dtype = w;
     }
     return s;
+  }
+
+  // The offloaded optimizer step of unit u: the shard in chunks, round-robin over the staging
+  // buffers — gradient chunk copied in ("device" -> pinned), the fused step on the host master
+  // and state writing the updated parameters into staging, staging copied back to the
+  // parameters. On a CUDA build the two copies are the device<->host transfers; here both sides
+  // are host memory, so the pipeline's logic runs and is tested, and it saves nothing.
+  void offloaded_step(const OptimizerParams& p, UnitId u, std::int64_t step, float grad_scale) {
+    const ShardRef whole = shard_ref(u);
+    const std::size_t rs = dtype_size(r), ws = dtype_size(w),
+                      sd = dtype_size(oparams.state_dtype());
+    for (std::size_t at_el = 0, c = 0; at_el < whole.count; at_el += offload_chunk, ++c) {
+      const std::size_t n = std::min(offload_chunk, whole.count - at_el);
+      Buffer& g = staging_grad[c % offload_buffers];
+      std::memcpy(g.data(), static_cast<const char*>(whole.grad) + at_el * rs, n * rs);
+      ShardRef part;
+      part.count = n;
+      part.master = whole.master + at_el;
+      part.grad = g.data();
+      part.grad_dtype = r;
+      for (int k = 0; k < oparams.num_states(); ++k) {
+        part.state[k] = static_cast<char*>(whole.state[k]) + at_el * sd;
+      }
+      char* params = param_step_ptr(u) + at_el * ws;
+      if (w != DType::kF32) {
+        part.param_copy = staging_param[c % offload_buffers].data();
+        part.param_copy_dtype = w;
+      }
+      optimizer.step(p, part, step, grad_scale);
+      if (w != DType::kF32) {
+        std::memcpy(params, part.param_copy, n * ws);
+      } else {
+        std::memcpy(params, part.master, n * 4);  // fp32: the parameters are the master's copy
+      }
+    }
   }
 
   // ---- gradients
@@ -579,7 +644,7 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
   const float* src = values + (lo - pl.offset);
   char* wdst = m.param_step_ptr(u) + (lo - m.step_begin(u)) * dtype_size(m.w);
   if (!m.kept_whole(u)) convert(src, DType::kF32, wdst, m.w, hi - lo);
-  if (m.w != DType::kF32) {
+  if (m.separate_master()) {
     convert(wdst, m.w, m.master_ptr(u) + (lo - m.step_begin(u)), DType::kF32, hi - lo);
   }
 }
@@ -765,7 +830,11 @@ StepResult Engine::step() {
   OptimizerParams p = m.oparams;
   p.lr = res.lr;
   for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-    m.optimizer.step(p, m.shard_ref(u), m.steps + 1, grad_scale);
+    if (m.offload_optimizer) {
+      m.offloaded_step(p, u, m.steps + 1, grad_scale);
+    } else {
+      m.optimizer.step(p, m.shard_ref(u), m.steps + 1, grad_scale);
+    }
   }
   m.gather_updated_params();
   ++m.steps;
@@ -810,7 +879,7 @@ std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config,
   m.lay_out();
   // Data-parallel start: every rank takes rank 0's parameters (as DDP and DeepSpeed do).
   comm.broadcast(m.ext_params, m.ext_params, m.layout.total_padded, m.w, 0);
-  if (m.w != DType::kF32) {
+  if (m.separate_master()) {
     convert(m.param_step_ptr(0), m.w, m.master_ptr(0), DType::kF32, m.step_count(0));
   }
   return e;

@@ -76,7 +76,15 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   auto add = [&](MemCategory c, std::size_t b) { out.bytes[static_cast<std::size_t>(c)] += b; };
   add(MemCategory::kParams16, (whole + shard_params) * ws);
   const std::size_t opt = stage >= 1 ? lay.total_shard : lay.total_padded;
-  if (w != DType::kF32) add(MemCategory::kMasterParams, opt * 4);
+  // Optimizer offload to host memory: master (also for fp32) and state in pinned memory, plus
+  // the persistent staging buffers (engine.cpp offloaded_step).
+  const bool offload = z.offload_optimizer.device == "cpu";
+  if (w != DType::kF32 || offload) add(MemCategory::kMasterParams, opt * 4);
+  if (offload) {
+    const auto chunk = static_cast<std::size_t>(z.offload_optimizer.buffer_size);
+    const auto count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
+    add(MemCategory::kOffloadStaging, count * chunk * (rs + (w != DType::kF32 ? ws : 0)));
+  }
   add(MemCategory::kOptimizerState,
       static_cast<std::size_t>(op.num_states()) * opt * dtype_size(op.state_dtype()));
   add(MemCategory::kGradients, (stage >= 2 ? lay.total_shard : lay.total_padded) * rs);

@@ -438,12 +438,83 @@ TEST(EngineMisuse, ClearErrors) {
   });
 }
 
-TEST(EngineMisuse, OffloadIsRefusedUntilItExists) {
-  const Config cfg = parse_config(
-      R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
-  ThreadGroup::run(1, [&](Communicator& comm) {
-    expect_error([&] { Engine e(comm, cfg); }, ErrorCode::kConfig, "offload_optimizer");
-  });
+TEST(EngineMisuse, NvmeAndParameterOffloadAreRefusedUntilTheyExist) {
+  for (
+      const char* j :
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})",
+       R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})"}) {
+    const Config cfg = parse_config(j);
+    ThreadGroup::run(1, [&](Communicator& comm) {
+      expect_error([&] { Engine e(comm, cfg); }, ErrorCode::kConfig, "offload_");
+    });
+  }
+}
+
+// ---- optimizer offload to host memory: the same bits as without, state in pinned memory
+
+TEST(EngineOffload, HostOptimizerOffloadGivesBitwiseTheSameParameters) {
+  int runs = 0;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int stage : {1, 2, 3}) {
+      RunSpec base{.stage = stage, .ranks = 3, .dtype = dt, .clip = true, .overlap = stage == 3};
+      const RunResult ref = train(base);
+      for (int buffers : {1, 2, 4}) {
+        for (long chunk : {7L, 100L, 4096L}) {  // 7 and 100 do not divide the shards
+          RunSpec s = base;
+          s.offload_buffers = buffers;
+          s.offload_chunk = chunk;
+          const RunResult got = train(s);
+          ++runs;
+          EXPECT_TRUE(bitwise_equal(got.params, ref.params))
+              << describe(s) << " offload " << buffers << " x " << chunk;
+          EXPECT_TRUE(bitwise_equal(got.masters, ref.masters))
+              << describe(s) << " offload " << buffers << " x " << chunk;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2 * 3 * 9);
+}
+
+TEST(EngineOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const RunSpec spec{
+        .stage = 2, .ranks = 2, .dtype = dt, .offload_buffers = 2, .offload_chunk = 50};
+    const Config cfg = make_config(spec);
+    const Mlp mlp(kDims);
+    PlanInput pin;
+    pin.ranks = 2;
+    pin.config = cfg;
+    for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
+      pin.units.push_back(
+          {"layer" + std::to_string(l),
+           {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
+            {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
+    }
+    const PlanResult plan = plan_engine_memory(pin);
+    ThreadGroup::run(2, [&](Communicator& comm) {
+      Engine e(comm, cfg);
+      mlp.declare(e);
+      mlp.init(e, 1);
+      for (int step = 0; step < 2; ++step) {
+        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+        e.step();
+      }
+      const MemoryTracker& t = e.tracker();
+      std::size_t shard = 0;
+      for (UnitId u = 0; u < e.num_units(); ++u) shard += e.unit_shard_numel(u);
+      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kPinned), shard * 4);
+      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kPinned), 2 * shard * 4);
+      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kHost), 0u);
+      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kHost), 0u);
+      const std::size_t staging = 2 * 50 * (4 + (dt == DType::kF32 ? 0 : 2));
+      EXPECT_EQ(t.current(MemCategory::kOffloadStaging, MemTier::kPinned), staging);
+      for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+        EXPECT_EQ(t.current(static_cast<MemCategory>(c)), plan.bytes[c])
+            << to_string(static_cast<MemCategory>(c)) << " " << to_string(dt);
+      }
+    });
+  }
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ struct RunSpec {
   long persistence = 0;  // stage3_param_persistence_threshold
   // Train on one rank with the concatenation of `data_ranks` ranks' batches.
   int data_ranks = 0;
+  // > 0: offload_optimizer.device = cpu with this many staging buffers of offload_chunk elements.
+  int offload_buffers = 0;
+  long offload_chunk = 0;
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -40,6 +43,10 @@ inline Config make_config(const RunSpec& s) {
       (s.overlap ? "true" : "false") +
       (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
                     : std::string()) +
+      (s.offload_buffers > 0 ? R"(, "offload_optimizer": {"device": "cpu", "buffer_count": )" +
+                                   std::to_string(s.offload_buffers) + R"(, "buffer_size": )" +
+                                   std::to_string(s.offload_chunk) + "}"
+                             : std::string()) +
       R"(}, "gradient_accumulation_steps": )" + std::to_string(s.accumulation) +
       R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
       R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
