@@ -291,6 +291,11 @@ struct Engine::Impl {
       state[k] = opt_alloc(MemCategory::kOptimizerState, opt_elems * dtype_size(sd), {});
     }
     if (offload_optimizer) {
+      // A chunk never needs to be larger than the largest shard (DeepSpeed's buffer_size default
+      // of 1e8 elements would otherwise pin gigabytes for a small model).
+      std::size_t max_shard = 0;
+      for (const auto& ul : layout.units) max_shard = std::max(max_shard, ul.shard);
+      offload_chunk = std::min(offload_chunk, max_shard);
       // Persistent staging: allocated once, reused every step (no allocation per step).
       for (std::size_t b = 0; b < offload_buffers; ++b) {
         staging_grad.push_back(

@@ -81,7 +81,10 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   const bool offload = z.offload_optimizer.device == "cpu";
   if (w != DType::kF32 || offload) add(MemCategory::kMasterParams, opt * 4);
   if (offload) {
-    const auto chunk = static_cast<std::size_t>(z.offload_optimizer.buffer_size);
+    std::size_t max_shard = 0;
+    for (const auto& ul : lay.units) max_shard = std::max(max_shard, ul.shard);
+    const auto chunk =
+        std::min(static_cast<std::size_t>(z.offload_optimizer.buffer_size), max_shard);
     const auto count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
     add(MemCategory::kOffloadStaging, count * chunk * (rs + (w != DType::kF32 ? ws : 0)));
   }

@@ -5,6 +5,7 @@
 //              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--steps K]
 //              [--dtype f32|bf16|f16] [--grad-accum A] [--lr X] [--checkpoint-activations [P]]
 //              [--data FILE] [--eval-every K] [--seed S]
+//              [--offload-optimizer none|cpu|nvme] [--nvme-path DIR]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
@@ -88,6 +89,12 @@ Options parse(int argc, char** argv) {
       o.eval_every = gpt::flag_int(a, value());
     } else if (a == "--seed") {
       o.seed = static_cast<std::uint64_t>(gpt::flag_int(a, value()));
+    } else if (a == "--offload-optimizer") {
+      o.config_args.push_back("--set");
+      o.config_args.push_back("zero_optimization.offload_optimizer.device=" + value());
+    } else if (a == "--nvme-path") {
+      o.config_args.push_back("--set");
+      o.config_args.push_back("zero_optimization.offload_optimizer.nvme_path=" + value());
     } else if (a == "--config" || a == "--set" || a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());

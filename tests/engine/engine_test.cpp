@@ -509,6 +509,17 @@ TEST(EngineOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
       EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kHost), 0u);
       const std::size_t staging = 2 * 50 * (4 + (dt == DType::kF32 ? 0 : 2));
       EXPECT_EQ(t.current(MemCategory::kOffloadStaging, MemTier::kPinned), staging);
+      // A buffer_size beyond the largest shard (DeepSpeed's default is 1e8) is capped to it.
+      Config big = cfg;
+      big.zero_optimization.offload_optimizer.buffer_size = 100'000'000;
+      Engine e2(comm, big);
+      mlp.declare(e2);
+      mlp.init(e2, 1);
+      std::size_t max_shard = 0;
+      for (UnitId u = 0; u < e2.num_units(); ++u)
+        max_shard = std::max(max_shard, e2.unit_shard_numel(u));
+      EXPECT_EQ(e2.tracker().current(MemCategory::kOffloadStaging, MemTier::kPinned),
+                2 * max_shard * (4 + (dt == DType::kF32 ? 0 : 2)));
       for (std::size_t c = 0; c < kNumMemCategories; ++c) {
         EXPECT_EQ(t.current(static_cast<MemCategory>(c)), plan.bytes[c])
             << to_string(static_cast<MemCategory>(c)) << " " << to_string(dt);
