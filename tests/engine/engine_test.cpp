@@ -24,6 +24,7 @@ namespace zero {
 namespace {
 
 using testing::Batch;
+using testing::bitwise_equal;
 using testing::kDims;
 using testing::kRows;
 using testing::make_config;
@@ -49,16 +50,6 @@ std::string describe(const RunSpec& s) {
   return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
          std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +
          (s.clip ? ", clipping" : "") + (s.overlap ? ", overlap" : "");
-}
-
-bool bitwise_equal(const std::vector<std::vector<float>>& a,
-                   const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size()) return false;
-    if (std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) != 0) return false;
-  }
-  return true;
 }
 
 // ---- parity with stage 0

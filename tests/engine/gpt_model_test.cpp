@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/compare.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/comm.hpp"
@@ -49,6 +50,8 @@ std::vector<float> to_f32(const View& v) {
 
 // Every (unit, param) gradient of one micro-step, as f32, captured through the tap.
 using Grads = std::vector<std::vector<std::vector<float>>>;
+using zero::testing::bitwise_equal;
+using zero::testing::max_abs_diff;
 GradTap capture(Grads& g, int units) {
   g.assign(static_cast<std::size_t>(units), {});
   return [&g](UnitId u, int p, const View& v) {
@@ -386,28 +389,6 @@ std::string describe(const RunSpec& s) {
   return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
          std::string(to_string(s.dtype)) + (s.clip ? ", clipping" : "") +
          (s.overlap ? ", overlap" : "");
-}
-
-double max_abs_diff(const std::vector<std::vector<float>>& a,
-                    const std::vector<std::vector<float>>& b) {
-  double d = 0.0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    for (std::size_t k = 0; k < a[i].size() && k < b[i].size(); ++k) {
-      d = std::max(d, std::fabs(static_cast<double>(a[i][k]) - b[i][k]));
-    }
-  }
-  return d;
-}
-
-bool bitwise_equal(const std::vector<std::vector<float>>& a,
-                   const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 TEST(GptEngineParity, EveryStageTrainsBitwiseTheSameTransformerAsStageZero) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/compare.hpp"
 #include "engine/mlp_model.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
@@ -130,17 +131,6 @@ inline RunResult train_rank(Communicator& comm, const RunSpec& s) {
                                       mm.begin() + static_cast<long>(b_at) + kDims[l + 1]);
   }
   return result;
-}
-
-inline double max_abs_diff(const std::vector<std::vector<float>>& a,
-                           const std::vector<std::vector<float>>& b) {
-  double d = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    for (std::size_t k = 0; k < a[i].size(); ++k) {
-      d = std::max(d, std::fabs(static_cast<double>(a[i][k]) - b[i][k]));
-    }
-  }
-  return d;
 }
 
 }  // namespace zero::testing
