@@ -197,12 +197,8 @@ struct Engine::Impl {
         oparams(OptimizerParams::from_config(config.optimizer)),
         scaler(LossScaler::from_config(config.fp16)),
         schedule(LrSchedule::from_config(config.scheduler, config.optimizer.lr)) {
-    w = cfg.fp16.enabled ? DType::kF16 : (cfg.bf16.enabled ? DType::kBF16 : DType::kF32);
-    if (cfg.communication_data_type.empty()) {
-      r = DType::kF32;
-    } else {
-      r = parse_dtype(cfg.communication_data_type);
-    }
+    w = working_dtype(cfg);
+    r = reduce_dtype_of(cfg);
     if (opts.tracker == nullptr) {
       own_tracker = std::make_unique<MemoryTracker>(rank);
       tracker = own_tracker.get();
@@ -470,6 +466,19 @@ struct Engine::Impl {
     gather_pool->give(std::move(us.gathered));
   }
 
+  // Makes unit u whole for one more holder: stage 3 all-gathers it (or waits for its prefetch).
+  void acquire(UnitId u) {
+    UnitState& us = units[static_cast<std::size_t>(u)];
+    if (!kept_whole(u)) {
+      if (us.gathered.empty()) {
+        start_gather(u, /*async=*/false);
+      } else if (us.prefetch.valid()) {
+        us.prefetch.wait();
+      }
+    }
+    ++us.holders;
+  }
+
   // ---- the boundary
 
   struct Stats {
@@ -663,10 +672,7 @@ void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
              " values for a parameter of ", pl.numel, " elements");
   ZERO_CHECK(param >= 0, kInvalidArgument, "read_param: negative parameter index");
   // Not a training gather: it neither enters the recorded order nor starts prefetches.
-  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
-  if (!m.kept_whole(u) && us.gathered.empty()) m.start_gather(u, /*async=*/false);
-  if (us.prefetch.valid()) us.prefetch.wait();
-  ++us.holders;
+  m.acquire(u);
   GatherGuard g(this, u);
   const View v = g.param(param);
   convert(v.data, m.w, out, DType::kF32, count);
@@ -676,16 +682,8 @@ GatherGuard Engine::gather(UnitId u) {
   Impl& m = *impl_;
   m.check_unit(u, "gather");
   m.lay_out();
-  Impl::UnitState& us = m.units[static_cast<std::size_t>(u)];
   m.recording.push_back(u);
-  if (!m.kept_whole(u)) {
-    if (us.gathered.empty()) {
-      m.start_gather(u, /*async=*/false);
-    } else if (us.prefetch.valid()) {
-      us.prefetch.wait();
-    }
-  }
-  ++us.holders;
+  m.acquire(u);
   if (m.policy.shard_params) m.prefetch_after(u);
   return GatherGuard(this, u);
 }
@@ -848,6 +846,14 @@ StepResult Engine::step() {
   res.steps = m.steps;
   res.loss_scale = m.scaler.scale();
   return res;
+}
+
+DType working_dtype(const Config& c) {
+  return c.fp16.enabled ? DType::kF16 : (c.bf16.enabled ? DType::kBF16 : DType::kF32);
+}
+
+DType reduce_dtype_of(const Config& c) {
+  return c.communication_data_type.empty() ? DType::kF32 : parse_dtype(c.communication_data_type);
 }
 
 std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment) {

@@ -46,9 +46,8 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   const auto& z = cfg.zero_optimization;
   const int stage = z.stage;
   const detail::Layout lay = detail::make_layout(in.units, in.ranks, in.alignment);
-  const DType w = cfg.fp16.enabled ? DType::kF16 : (cfg.bf16.enabled ? DType::kBF16 : DType::kF32);
-  const DType r =
-      cfg.communication_data_type.empty() ? DType::kF32 : parse_dtype(cfg.communication_data_type);
+  const DType w = working_dtype(cfg);
+  const DType r = reduce_dtype_of(cfg);
   const OptimizerParams op = OptimizerParams::from_config(cfg.optimizer);
   const std::size_t ws = dtype_size(w), rs = dtype_size(r);
 

@@ -175,9 +175,8 @@ std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& cfg) {
 double comm_theory(const PlanInput& pin, const PlanResult& plan, int n, int stage,
                    const Config& cfg) {
   const double f = static_cast<double>(n - 1) / n;
-  const DType w = cfg.fp16.enabled ? DType::kF16 : (cfg.bf16.enabled ? DType::kBF16 : DType::kF32);
-  const DType r =
-      cfg.communication_data_type.empty() ? DType::kF32 : parse_dtype(cfg.communication_data_type);
+  const DType w = working_dtype(cfg);
+  const DType r = reduce_dtype_of(cfg);
   const double rs = static_cast<double>(dtype_size(r)), ws = static_cast<double>(dtype_size(w));
   const double psi = static_cast<double>(plan.psi_padded);
   if (stage == 0) return 2 * f * psi * rs;
