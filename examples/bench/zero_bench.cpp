@@ -386,11 +386,10 @@ int plan_only(const Options& o) {
           p.largest_unit_name.c_str(), p.largest_unit);
     }
   }
-  std::printf(
-      "(total includes the trainer's workspace: %.2f MiB)\n",
-      static_cast<double>(
-          gpt::GptModel(g, *std::make_unique<MemoryTracker>()).workspace_bytes(o.batch, g.seq)) /
-          1048576.0);
+  MemoryTracker scratch;
+  const gpt::GptModel shape(g, scratch);
+  std::printf("(total includes the trainer's workspace: %.2f MiB)\n",
+              static_cast<double>(shape.workspace_bytes(o.batch, g.seq)) / 1048576.0);
   return 0;
 }
 
