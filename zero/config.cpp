@@ -392,6 +392,7 @@ void read_aio(Reader r, AioConfig& a) {
   r.get_int("thread_count", a.thread_count, 1, 1024);
   r.get("single_submit", a.single_submit);
   r.get("overlap_events", a.overlap_events);
+  r.get("engine", a.engine, {"io_uring", "threads"});
   r.ignore("intra_op_parallelism");
   r.ignore("use_gds");
   r.finish();
@@ -527,6 +528,11 @@ std::string Config::to_json() const {
               {"loss_scale", fp16.loss_scale},
               {"initial_scale_power", fp16.initial_scale_power}}},
             {"bf16", {{"enabled", bf16.enabled}}},
+            {"aio",
+             {{"block_size", aio.block_size},
+              {"queue_depth", aio.queue_depth},
+              {"thread_count", aio.thread_count},
+              {"engine", aio.engine}}},
             {"comm_timeout_s", comm_timeout_s},
             {"comm_backend", comm_backend}};
   if (train_batch_size != 0) j["train_batch_size"] = train_batch_size;

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <string>
 
+#include "offload/nvme_swapper.hpp"
 #include "zero/error.hpp"
 #include "zero/grad_accumulate.hpp"
 #include "zero/layout.hpp"
@@ -162,12 +164,25 @@ struct Engine::Impl {
   char* acc_base() const { return attached && w == r ? ext_grads : static_cast<char*>(acc.data()); }
   Buffer params_shard;  // W: stage 3 sharded units
   Buffer master;        // f32 (16-bit training, or optimizer offload)
-  // Optimizer offload to host memory (offload_optimizer.device = cpu): master and state live in
-  // pinned host memory; the step streams each shard through `offload_buffers` pinned staging
-  // buffers of `offload_chunk` elements (gradient chunk in, updated parameter chunk out).
-  bool offload_optimizer = false;
+  // Optimizer offload (offload_optimizer.device = cpu | nvme). The step streams every shard in
+  // chunks of `offload_chunk` elements through `offload_buffers` pinned staging buffers
+  // (gradient chunk in, updated parameter chunk out). cpu: master and state live in pinned host
+  // memory. nvme: they live in one swap file per rank under nvme_path, each chunk read, stepped
+  // and written back through the swapper's pipeline; the file is written from the working
+  // parameters when the state is first needed (what set_param would have put in the master).
+  enum class OffloadTier { kNone, kHost, kNvme };
+  OffloadTier offload_tier = OffloadTier::kNone;
   std::size_t offload_chunk = 0, offload_buffers = 0;
   std::vector<Buffer> staging_grad, staging_param;
+  struct Chunk {
+    UnitId unit;
+    std::size_t at, count;  // elements, relative to the unit's stepped range
+  };
+  std::vector<Chunk> chunks;            // unit by unit, in order
+  std::vector<std::size_t> unit_chunk;  // first chunk of unit u; [num_units] = chunks.size()
+  std::unique_ptr<offload::ChunkSwapper> swapper;
+  bool nvme_written = false;
+  bool offloaded() const { return offload_tier != OffloadTier::kNone; }
   Buffer state[2];  // optimizer state
   Buffer acc;       // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
   std::unique_ptr<BufferPool> grad_pool, stage_pool, gather_pool;
@@ -206,14 +221,13 @@ struct Engine::Impl {
       tracker = opts.tracker;
     }
     const OffloadConfig& oo = cfg.zero_optimization.offload_optimizer;
-    ZERO_CHECK(oo.device != "nvme", kConfig,
-               "config key 'zero_optimization.offload_optimizer.device' = \"nvme\": NVMe offload "
-               "is not available in this engine yet (\"cpu\" is)");
     ZERO_CHECK(!cfg.zero_optimization.offload_param.enabled(), kConfig,
                "config key 'zero_optimization.offload_param.device' = \"",
                cfg.zero_optimization.offload_param.device,
                "\": parameter offload is not available in this engine yet");
-    offload_optimizer = oo.device == "cpu";
+    offload_tier = oo.device == "cpu"    ? OffloadTier::kHost
+                   : oo.device == "nvme" ? OffloadTier::kNvme
+                                         : OffloadTier::kNone;
     offload_chunk = static_cast<std::size_t>(oo.buffer_size);
     offload_buffers = static_cast<std::size_t>(oo.buffer_count);
     if (!opts.poison_released.has_value()) {
@@ -276,22 +290,33 @@ struct Engine::Impl {
     params_shard = Buffer::host(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
     const std::size_t opt_elems = policy.shard_optimizer ? layout.total_shard : layout.total_padded;
     auto opt_alloc = [&](MemCategory c, std::size_t bytes, AllocOptions o) {
-      return offload_optimizer ? Buffer::pinned(*tracker, c, bytes, o)
-                               : Buffer::host(*tracker, c, bytes, o);
+      return offloaded() ? Buffer::pinned(*tracker, c, bytes, o)
+                         : Buffer::host(*tracker, c, bytes, o);
     };
-    if (separate_master()) {
-      master = opt_alloc(MemCategory::kMasterParams, opt_elems * 4, {.zero = true});
-    }
     const DType sd = oparams.state_dtype();
-    for (int k = 0; k < oparams.num_states(); ++k) {
-      state[k] = opt_alloc(MemCategory::kOptimizerState, opt_elems * dtype_size(sd), {});
+    if (offload_tier != OffloadTier::kNvme) {
+      if (separate_master()) {
+        master = opt_alloc(MemCategory::kMasterParams, opt_elems * 4, {.zero = true});
+      }
+      for (int k = 0; k < oparams.num_states(); ++k) {
+        state[k] = opt_alloc(MemCategory::kOptimizerState, opt_elems * dtype_size(sd), {});
+      }
     }
-    if (offload_optimizer) {
-      // A chunk never needs to be larger than the largest shard (DeepSpeed's buffer_size default
-      // of 1e8 elements would otherwise pin gigabytes for a small model).
-      std::size_t max_shard = 0;
-      for (const auto& ul : layout.units) max_shard = std::max(max_shard, ul.shard);
-      offload_chunk = std::min(offload_chunk, max_shard);
+    if (offloaded()) {
+      // A chunk never needs to be larger than the largest stepped range (DeepSpeed's
+      // buffer_size default of 1e8 elements would otherwise pin gigabytes for a small model).
+      std::size_t max_range = 0;
+      for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+        max_range = std::max(max_range, step_count(u));
+      }
+      offload_chunk = std::max<std::size_t>(1, std::min(offload_chunk, max_range));
+      for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+        unit_chunk.push_back(chunks.size());
+        for (std::size_t a = 0; a < step_count(u); a += offload_chunk) {
+          chunks.push_back({u, a, std::min(offload_chunk, step_count(u) - a)});
+        }
+      }
+      unit_chunk.push_back(chunks.size());
       // Persistent staging: allocated once, reused every step (no allocation per step).
       for (std::size_t b = 0; b < offload_buffers; ++b) {
         staging_grad.push_back(
@@ -302,10 +327,30 @@ struct Engine::Impl {
         }
       }
     }
-    // Zero the state in the partitioning the step uses (first touch lands here).
-    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
-      ShardRef ref = shard_ref(u);
-      optimizer.init_state(oparams, ref);
+    if (offload_tier == OffloadTier::kNvme) {
+      const OffloadConfig& oo = cfg.zero_optimization.offload_optimizer;
+      std::vector<std::size_t> sizes;
+      for (const Chunk& c : chunks) sizes.push_back(c.count);
+      std::vector<offload::ChunkSwapper::Part> parts{{MemCategory::kMasterParams, 4}};
+      for (int k = 0; k < oparams.num_states(); ++k) {
+        parts.push_back({MemCategory::kOptimizerState, dtype_size(sd)});
+      }
+      offload::ChunkSwapper::Options so;
+      so.dir = oo.nvme_path;
+      so.stem = "optim-r" + std::to_string(rank);
+      so.origin = "zero_optimization.offload_optimizer.nvme_path";
+      so.buffer_count = offload_buffers;
+      so.pipeline_read = oo.pipeline_read;
+      so.pipeline_write = oo.pipeline_write;
+      so.aio = offload::AioOptions::from_config(cfg.aio);
+      swapper = std::make_unique<offload::ChunkSwapper>(*tracker, std::move(sizes),
+                                                        std::move(parts), std::move(so));
+    } else {
+      // Zero the state in the partitioning the step uses (first touch lands here).
+      for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+        ShardRef ref = shard_ref(u);
+        optimizer.init_state(oparams, ref);
+      }
     }
     const std::size_t acc_elems = policy.shard_gradients ? layout.total_shard : layout.total_padded;
     if (!attached || w != r) {
@@ -338,9 +383,11 @@ struct Engine::Impl {
   }
   // fp32 training keeps no master copy (the parameters are the master) unless the optimizer is
   // offloaded: then the master lives with the optimizer state in host memory.
-  bool separate_master() const { return w != DType::kF32 || offload_optimizer; }
+  bool separate_master() const { return w != DType::kF32 || offloaded(); }
+  // REQUIRES: the master is in memory (not NVMe-offloaded).
   float* master_ptr(UnitId u) {
     if (!separate_master()) return reinterpret_cast<float*>(param_step_ptr(u));
+    ZERO_CHECK(offload_tier != OffloadTier::kNvme, kInternal, "master_ptr with NVMe offload");
     return master.as<float>() + opt_offset(u);
   }
   char* acc_ptr(UnitId u) {
@@ -364,39 +411,81 @@ struct Engine::Impl {
     return s;
   }
 
-  // The offloaded optimizer step of unit u: the shard in chunks, round-robin over the staging
-  // buffers — gradient chunk copied in ("device" -> pinned), the fused step on the host master
-  // and state writing the updated parameters into staging, staging copied back to the
-  // parameters. On a CUDA build the two copies are the device<->host transfers; here both sides
-  // are host memory, so the pipeline's logic runs and is tested, and it saves nothing.
-  void offloaded_step(const OptimizerParams& p, UnitId u, std::int64_t step, float grad_scale) {
-    const ShardRef whole = shard_ref(u);
-    const std::size_t rs = dtype_size(r), ws = dtype_size(w),
-                      sd = dtype_size(oparams.state_dtype());
-    for (std::size_t at_el = 0, c = 0; at_el < whole.count; at_el += offload_chunk, ++c) {
-      const std::size_t n = std::min(offload_chunk, whole.count - at_el);
-      Buffer& g = staging_grad[c % offload_buffers];
-      std::memcpy(g.data(), static_cast<const char*>(whole.grad) + at_el * rs, n * rs);
-      ShardRef part;
-      part.count = n;
-      part.master = whole.master + at_el;
-      part.grad = g.data();
-      part.grad_dtype = r;
-      for (int k = 0; k < oparams.num_states(); ++k) {
-        part.state[k] = static_cast<char*>(whole.state[k]) + at_el * sd;
-      }
-      char* params = param_step_ptr(u) + at_el * ws;
-      if (w != DType::kF32) {
-        part.param_copy = staging_param[c % offload_buffers].data();
-        part.param_copy_dtype = w;
-      }
-      optimizer.step(p, part, step, grad_scale);
-      if (w != DType::kF32) {
-        std::memcpy(params, part.param_copy, n * ws);
-      } else {
-        std::memcpy(params, part.master, n * 4);  // fp32: the parameters are the master's copy
-      }
+  // One chunk of the offloaded optimizer step: the gradient chunk copied in ("device" ->
+  // pinned), the fused step on the host master and state (resident in pinned memory, or the
+  // swapper's staging buffer) writing the updated parameters into staging, staging copied back
+  // to the parameters. On a CUDA build the two copies are the device<->host transfers; on a CPU
+  // build both sides are host memory, so the pipeline's logic runs and is tested, and the host
+  // tier saves nothing.
+  void offloaded_chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,
+                            char* const* state_part, std::int64_t step, float grad_scale) {
+    const Chunk& ch = chunks[c];
+    const std::size_t rs = dtype_size(r), ws = dtype_size(w);
+    Buffer& g = staging_grad[c % offload_buffers];
+    std::memcpy(g.data(), acc_ptr(ch.unit) + ch.at * rs, ch.count * rs);
+    ShardRef part;
+    part.count = ch.count;
+    part.master = master_part;
+    part.grad = g.data();
+    part.grad_dtype = r;
+    for (int k = 0; k < oparams.num_states(); ++k) part.state[k] = state_part[k];
+    char* params = param_step_ptr(ch.unit) + ch.at * ws;
+    if (w != DType::kF32) {
+      part.param_copy = staging_param[c % offload_buffers].data();
+      part.param_copy_dtype = w;
     }
+    optimizer.step(p, part, step, grad_scale);
+    if (w != DType::kF32) {
+      std::memcpy(params, part.param_copy, ch.count * ws);
+    } else {
+      std::memcpy(params, part.master, ch.count * 4);  // fp32: the parameters are the master's copy
+    }
+  }
+
+  void offloaded_step(const OptimizerParams& p, std::int64_t step, float grad_scale) {
+    if (offload_tier == OffloadTier::kNvme) {
+      write_nvme_state();
+      swapper->run(0, chunks.size(), /*read=*/true, /*write=*/true,
+                   [&](const offload::ChunkSwapper::Staged& s) {
+                     offloaded_chunk_step(p, s.chunk, reinterpret_cast<float*>(s.part[0]),
+                                          s.part + 1, step, grad_scale);
+                   });
+      return;
+    }
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const Chunk& ch = chunks[c];
+      char* st[2] = {};
+      for (int k = 0; k < oparams.num_states(); ++k) {
+        st[k] = at(state[k].data(), opt_offset(ch.unit) + ch.at, oparams.state_dtype());
+      }
+      offloaded_chunk_step(p, c, master_ptr(ch.unit) + ch.at, st, step, grad_scale);
+    }
+  }
+
+  // NVMe: the first time the state is needed, the file is written chunk by chunk: the master
+  // from the working parameters (as set_param makes it), the optimizer state zeroed.
+  void write_nvme_state() {
+    if (nvme_written) return;
+    swapper->run(0, chunks.size(), /*read=*/false, /*write=*/true,
+                 [&](const offload::ChunkSwapper::Staged& s) {
+                   const Chunk& ch = chunks[s.chunk];
+                   convert(param_step_ptr(ch.unit) + ch.at * dtype_size(w), w, s.part[0],
+                           DType::kF32, ch.count);
+                   ShardRef z;
+                   z.count = ch.count;
+                   for (int k = 0; k < oparams.num_states(); ++k) z.state[k] = s.part[1 + k];
+                   optimizer.init_state(oparams, z);
+                 });
+    nvme_written = true;
+  }
+
+  // NVMe: runs fn(chunk, staged) over unit u's chunks, read first and (write) written back.
+  void nvme_unit_pass(
+      UnitId u, bool write,
+      const std::function<void(const Chunk&, const offload::ChunkSwapper::Staged&)>& fn) {
+    write_nvme_state();
+    swapper->run(unit_chunk[u], unit_chunk[u + 1], /*read=*/true, write,
+                 [&](const offload::ChunkSwapper::Staged& s) { fn(chunks[s.chunk], s); });
   }
 
   // ---- gradients
@@ -658,7 +747,18 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
   const float* src = values + (lo - pl.offset);
   char* wdst = m.param_step_ptr(u) + (lo - m.step_begin(u)) * dtype_size(m.w);
   if (!m.kept_whole(u)) convert(src, DType::kF32, wdst, m.w, hi - lo);
-  if (m.separate_master()) {
+  if (m.offload_tier == Impl::OffloadTier::kNvme) {
+    // Before the file is first written it is made from the working copy; after, the chunks
+    // that hold [lo, hi) are read, patched and written back.
+    if (!m.nvme_written) return;
+    const std::size_t b = m.step_begin(u);
+    m.nvme_unit_pass(u, /*write=*/true, [&](const Impl::Chunk& ch, const auto& s) {
+      const std::size_t clo = std::max(lo - b, ch.at), chi = std::min(hi - b, ch.at + ch.count);
+      if (clo >= chi) return;
+      convert(m.param_step_ptr(u) + clo * dtype_size(m.w), m.w,
+              reinterpret_cast<float*>(s.part[0]) + (clo - ch.at), DType::kF32, chi - clo);
+    });
+  } else if (m.separate_master()) {
     convert(wdst, m.w, m.master_ptr(u) + (lo - m.step_begin(u)), DType::kF32, hi - lo);
   }
 }
@@ -832,10 +932,10 @@ StepResult Engine::step() {
   const float grad_scale = m.scaler.grad_scale(coef);
   OptimizerParams p = m.oparams;
   p.lr = res.lr;
-  for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-    if (m.offload_optimizer) {
-      m.offloaded_step(p, u, m.steps + 1, grad_scale);
-    } else {
+  if (m.offloaded()) {
+    m.offloaded_step(p, m.steps + 1, grad_scale);
+  } else {
+    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
       m.optimizer.step(p, m.shard_ref(u), m.steps + 1, grad_scale);
     }
   }
@@ -890,7 +990,7 @@ std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config,
   m.lay_out();
   // Data-parallel start: every rank takes rank 0's parameters (as DDP and DeepSpeed do).
   comm.broadcast(m.ext_params, m.ext_params, m.layout.total_padded, m.w, 0);
-  if (m.separate_master()) {
+  if (m.separate_master() && m.offload_tier != Impl::OffloadTier::kNvme) {
     convert(m.param_step_ptr(0), m.w, m.master_ptr(0), DType::kF32, m.step_count(0));
   }
   return e;
@@ -915,14 +1015,51 @@ std::vector<ParamShard> Engine::param_shards() const {
 
 const float* Engine::master_shard(UnitId u) const {
   impl_->check_unit(u, "master_shard");
+  ZERO_CHECK(impl_->offload_tier != Impl::OffloadTier::kNvme, kInvalidArgument,
+             "master_shard(): the master lives in NVMe files (offload_optimizer.device = nvme); "
+             "use copy_master_shard()");
   return const_cast<Impl&>(*impl_).master_ptr(u);
 }
 
 const void* Engine::state_shard(UnitId u, int k) const {
   const Impl& m = *impl_;
   m.check_unit(u, "state_shard");
+  ZERO_CHECK(m.offload_tier != Impl::OffloadTier::kNvme, kInvalidArgument,
+             "state_shard(): the optimizer state lives in NVMe files (offload_optimizer.device = "
+             "nvme); use copy_state_shard()");
   if (k < 0 || k >= m.oparams.num_states()) return nullptr;
   return at(m.state[k].data(), m.opt_offset(u), m.oparams.state_dtype());
+}
+
+void Engine::copy_master_shard(UnitId u, float* out) {
+  Impl& m = *impl_;
+  m.check_unit(u, "copy_master_shard");
+  m.lay_out();
+  if (m.offload_tier != Impl::OffloadTier::kNvme) {
+    std::memcpy(out, m.master_ptr(u), m.step_count(u) * 4);
+    return;
+  }
+  m.nvme_unit_pass(u, /*write=*/false, [&](const Impl::Chunk& ch, const auto& s) {
+    std::memcpy(out + ch.at, s.part[0], ch.count * 4);
+  });
+}
+
+void Engine::copy_state_shard(UnitId u, int k, void* out) {
+  Impl& m = *impl_;
+  m.check_unit(u, "copy_state_shard");
+  ZERO_CHECK(k >= 0 && k < m.oparams.num_states(), kInvalidArgument, "copy_state_shard: the ",
+             m.cfg.optimizer.type, " optimizer has ", m.oparams.num_states(), " states, not ",
+             k + 1);
+  m.lay_out();
+  const std::size_t sd = dtype_size(m.oparams.state_dtype());
+  if (m.offload_tier != Impl::OffloadTier::kNvme) {
+    std::memcpy(out, at(m.state[k].data(), m.opt_offset(u), m.oparams.state_dtype()),
+                m.step_count(u) * sd);
+    return;
+  }
+  m.nvme_unit_pass(u, /*write=*/false, [&](const Impl::Chunk& ch, const auto& s) {
+    std::memcpy(static_cast<char*>(out) + ch.at * sd, s.part[1 + k], ch.count * sd);
+  });
 }
 
 }  // namespace zero

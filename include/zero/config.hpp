@@ -138,6 +138,9 @@ struct AioConfig {
   int thread_count = 1;
   bool single_submit = false;
   bool overlap_events = true;
+  // zero extension: the I/O engine. io_uring where the kernel allows it (else, with a log
+  // line, what "threads" is); threads: `thread_count` pread/pwrite threads.
+  std::string engine = "io_uring";  // io_uring | threads
 };
 
 struct Config {

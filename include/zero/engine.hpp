@@ -213,9 +213,15 @@ class Engine {
 
   // This rank's shards with their parameter ranges (see ParamShard), and raw access to the
   // shard arrays of unit u (f32 master; optimizer state k; null when the stage keeps none).
+  // With NVMe offload the arrays are in files: these throw kInvalidArgument; use the copies.
   std::vector<ParamShard> param_shards() const;
   const float* master_shard(UnitId u) const;
   const void* state_shard(UnitId u, int k) const;
+  // Copies unit u's stepped range of the f32 master (step-range elements: the whole padded unit
+  // in stage 0, the shard otherwise) / of optimizer state k (its state dtype) to `out`, from
+  // whichever tier holds it (NVMe: read through the swapper). REQUIRES: out has room.
+  void copy_master_shard(UnitId u, float* out);
+  void copy_state_shard(UnitId u, int k, void* out);
 
  private:
   friend class GatherGuard;

@@ -25,6 +25,7 @@ namespace {
 
 using testing::Batch;
 using testing::bitwise_equal;
+using testing::describe;
 using testing::kDims;
 using testing::kRows;
 using testing::make_config;
@@ -32,25 +33,7 @@ using testing::max_abs_diff;
 using testing::Mlp;
 using testing::RunResult;
 using testing::RunSpec;
-
-RunResult train(const RunSpec& s) {
-  RunResult result;
-  std::mutex mu;
-  ThreadGroup::run(s.ranks, [&](Communicator& comm) {
-    RunResult mine = testing::train_rank(comm, s);
-    if (comm.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      result = std::move(mine);
-    }
-  });
-  return result;
-}
-
-std::string describe(const RunSpec& s) {
-  return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
-         std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +
-         (s.clip ? ", clipping" : "") + (s.overlap ? ", overlap" : "");
-}
+using testing::train;
 
 // ---- parity with stage 0
 
@@ -437,84 +420,6 @@ TEST(EngineMisuse, NvmeAndParameterOffloadAreRefusedUntilTheyExist) {
     const Config cfg = parse_config(j);
     ThreadGroup::run(1, [&](Communicator& comm) {
       expect_error([&] { Engine e(comm, cfg); }, ErrorCode::kConfig, "offload_");
-    });
-  }
-}
-
-// ---- optimizer offload to host memory: the same bits as without, state in pinned memory
-
-TEST(EngineOffload, HostOptimizerOffloadGivesBitwiseTheSameParameters) {
-  int runs = 0;
-  for (DType dt : {DType::kF32, DType::kBF16}) {
-    for (int stage : {1, 2, 3}) {
-      RunSpec base{.stage = stage, .ranks = 3, .dtype = dt, .clip = true, .overlap = stage == 3};
-      const RunResult ref = train(base);
-      for (int buffers : {1, 2, 4}) {
-        for (long chunk : {7L, 100L, 4096L}) {  // 7 and 100 do not divide the shards
-          RunSpec s = base;
-          s.offload_buffers = buffers;
-          s.offload_chunk = chunk;
-          const RunResult got = train(s);
-          ++runs;
-          EXPECT_TRUE(bitwise_equal(got.params, ref.params))
-              << describe(s) << " offload " << buffers << " x " << chunk;
-          EXPECT_TRUE(bitwise_equal(got.masters, ref.masters))
-              << describe(s) << " offload " << buffers << " x " << chunk;
-        }
-      }
-    }
-  }
-  EXPECT_EQ(runs, 2 * 3 * 9);
-}
-
-TEST(EngineOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
-  for (DType dt : {DType::kF32, DType::kBF16}) {
-    const RunSpec spec{
-        .stage = 2, .ranks = 2, .dtype = dt, .offload_buffers = 2, .offload_chunk = 50};
-    const Config cfg = make_config(spec);
-    const Mlp mlp(kDims);
-    PlanInput pin;
-    pin.ranks = 2;
-    pin.config = cfg;
-    for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
-      pin.units.push_back(
-          {"layer" + std::to_string(l),
-           {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
-            {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
-    }
-    const PlanResult plan = plan_engine_memory(pin);
-    ThreadGroup::run(2, [&](Communicator& comm) {
-      Engine e(comm, cfg);
-      mlp.declare(e);
-      mlp.init(e, 1);
-      for (int step = 0; step < 2; ++step) {
-        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-        e.step();
-      }
-      const MemoryTracker& t = e.tracker();
-      std::size_t shard = 0;
-      for (UnitId u = 0; u < e.num_units(); ++u) shard += e.unit_shard_numel(u);
-      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kPinned), shard * 4);
-      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kPinned), 2 * shard * 4);
-      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kHost), 0u);
-      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kHost), 0u);
-      const std::size_t staging = 2 * 50 * (4 + (dt == DType::kF32 ? 0 : 2));
-      EXPECT_EQ(t.current(MemCategory::kOffloadStaging, MemTier::kPinned), staging);
-      // A buffer_size beyond the largest shard (DeepSpeed's default is 1e8) is capped to it.
-      Config big = cfg;
-      big.zero_optimization.offload_optimizer.buffer_size = 100'000'000;
-      Engine e2(comm, big);
-      mlp.declare(e2);
-      mlp.init(e2, 1);
-      std::size_t max_shard = 0;
-      for (UnitId u = 0; u < e2.num_units(); ++u)
-        max_shard = std::max(max_shard, e2.unit_shard_numel(u));
-      EXPECT_EQ(e2.tracker().current(MemCategory::kOffloadStaging, MemTier::kPinned),
-                2 * max_shard * (4 + (dt == DType::kF32 ? 0 : 2)));
-      for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-        EXPECT_EQ(t.current(static_cast<MemCategory>(c)), plan.bytes[c])
-            << to_string(static_cast<MemCategory>(c)) << " " << to_string(dt);
-      }
     });
   }
 }

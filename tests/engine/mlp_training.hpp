@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,14 @@ struct RunSpec {
   long persistence = 0;  // stage3_param_persistence_threshold
   // Train on one rank with the concatenation of `data_ranks` ranks' batches.
   int data_ranks = 0;
-  // > 0: offload_optimizer.device = cpu with this many staging buffers of offload_chunk elements.
+  // > 0: offload_optimizer.device = offload_device with this many staging buffers of
+  // offload_chunk elements (nvme: files under nvme_path, through the aio engine `aio_engine`).
   int offload_buffers = 0;
   long offload_chunk = 0;
+  std::string offload_device = "cpu";
+  std::string nvme_path;
+  bool pipeline = true;
+  std::string aio_engine = "io_uring";
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -44,12 +50,15 @@ inline Config make_config(const RunSpec& s) {
       (s.overlap ? "true" : "false") +
       (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
                     : std::string()) +
-      (s.offload_buffers > 0 ? R"(, "offload_optimizer": {"device": "cpu", "buffer_count": )" +
-                                   std::to_string(s.offload_buffers) + R"(, "buffer_size": )" +
-                                   std::to_string(s.offload_chunk) + "}"
-                             : std::string()) +
-      R"(}, "gradient_accumulation_steps": )" + std::to_string(s.accumulation) +
-      R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
+      (s.offload_buffers > 0
+           ? R"(, "offload_optimizer": {"device": ")" + s.offload_device + R"(", "nvme_path": ")" +
+                 s.nvme_path + R"(", "pipeline_read": )" + (s.pipeline ? "true" : "false") +
+                 R"(, "pipeline_write": )" + (s.pipeline ? "true" : "false") +
+                 R"(, "buffer_count": )" + std::to_string(s.offload_buffers) +
+                 R"(, "buffer_size": )" + std::to_string(s.offload_chunk) + "}"
+           : std::string()) +
+      R"(}, "aio": {"engine": ")" + s.aio_engine + R"("}, "gradient_accumulation_steps": )" +
+      std::to_string(s.accumulation) + R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
       R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
         "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.001,
           "warmup_max_lr": 0.01, "warmup_num_steps": 5, "total_num_steps": 40}})";
@@ -70,15 +79,17 @@ struct RunResult {
   std::vector<float> losses;
 };
 
-// Every rank's master shards all-gathered into whole units.
+// Every rank's master shards all-gathered into whole units (from whichever tier holds them).
 inline std::vector<std::vector<float>> gather_masters(Engine& e) {
   std::vector<std::vector<float>> out;
   for (UnitId u = 0; u < e.num_units(); ++u) {
     std::vector<float> whole(e.unit_padded_numel(u));
     if (e.stage() == 0) {
-      std::memcpy(whole.data(), e.master_shard(u), whole.size() * 4);
+      e.copy_master_shard(u, whole.data());
     } else {
-      e.comm().all_gather(e.master_shard(u), whole.data(), e.unit_shard_numel(u), DType::kF32);
+      std::vector<float> shard(e.unit_shard_numel(u));
+      e.copy_master_shard(u, shard.data());
+      e.comm().all_gather(shard.data(), whole.data(), shard.size(), DType::kF32);
     }
     out.push_back(std::move(whole));
   }
@@ -131,6 +142,31 @@ inline RunResult train_rank(Communicator& comm, const RunSpec& s) {
                                       mm.begin() + static_cast<long>(b_at) + kDims[l + 1]);
   }
   return result;
+}
+
+// Every rank trains with the in-process communicator; rank 0's result.
+inline RunResult train(const RunSpec& s) {
+  RunResult result;
+  std::mutex mu;
+  ThreadGroup::run(s.ranks, [&](Communicator& comm) {
+    RunResult mine = train_rank(comm, s);
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      result = std::move(mine);
+    }
+  });
+  return result;
+}
+
+inline std::string describe(const RunSpec& s) {
+  return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
+         std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +
+         (s.clip ? ", clipping" : "") + (s.overlap ? ", overlap" : "") +
+         (s.offload_buffers > 0
+              ? ", offload " + s.offload_device + " " + std::to_string(s.offload_buffers) + " x " +
+                    std::to_string(s.offload_chunk) + (s.pipeline ? " pipelined" : "") + " aio " +
+                    s.aio_engine
+              : std::string());
 }
 
 }  // namespace zero::testing

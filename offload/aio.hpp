@@ -1,0 +1,83 @@
+// offload/aio.hpp — asynchronous file I/O for the NVMe swapper: io_uring, or a pread/pwrite
+// thread pool where io_uring is unavailable.
+//
+// A request (read or write of `bytes` at `offset` of one open file) is split into pieces of
+// `block_size` bytes; up to `queue_depth` pieces are in flight at once. Pieces complete in the
+// background (a reaper thread for io_uring, `thread_count` workers for the pool), so I/O
+// proceeds while the caller computes. A short transfer is retried for the remainder; an error
+// (EIO, ENOSPC, EFBIG, ...) or an end of file before the request's end is kept with its
+// request and raised by wait() as zero::Error naming the operation, file, offset and bytes
+// (kIO; kCorruption for a read past the end of a file, i.e. a truncated file).
+//
+// O_DIRECT files need `buf`, `bytes` and `offset` aligned to kDirectAlignment; the queue does
+// not check (the kernel answers EINVAL, which is raised like any other error).
+//
+// Thread safety: one AioQueue is used by one thread at a time (submit / wait); its background
+// threads are internal. Distinct queues are independent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "zero/config.hpp"
+
+namespace zero::offload {
+
+// Alignment of O_DIRECT buffers, offsets and sizes on the machines we run on (4 KiB logical
+// blocks; TOOLCHAIN.md: a 1-byte misalignment gives EINVAL).
+inline constexpr std::size_t kDirectAlignment = 4096;
+
+inline std::size_t align_up(std::size_t n, std::size_t a = kDirectAlignment) {
+  return (n + a - 1) / a * a;
+}
+
+enum class IoKind : std::uint8_t { kRead, kWrite };
+
+struct AioOptions {
+  std::size_t block_size = std::size_t{1} << 20;  // bytes per piece
+  int queue_depth = 8;                            // pieces in flight
+  int thread_count = 1;                           // workers of the thread-pool engine
+  std::string engine = "io_uring";                // io_uring (threads where refused) | threads
+  static AioOptions from_config(const AioConfig& c);
+};
+
+class AioQueue {
+ public:
+  using Ticket = std::uint64_t;
+
+  // engine = io_uring: a ring of queue_depth entries, or, where the kernel (or the build) has
+  // none, the thread pool with a log line saying why. Throws kInvalidArgument for a zero block
+  // size, depth or thread count, kConfig for an unknown engine.
+  explicit AioQueue(AioOptions options = {});
+  // Waits for every request in flight; errors not yet raised are dropped (logged).
+  ~AioQueue();
+  AioQueue(const AioQueue&) = delete;
+  AioQueue& operator=(const AioQueue&) = delete;
+
+  // "io_uring" or "threads".
+  const char* engine() const noexcept;
+
+  // Starts reading/writing [offset, offset + bytes) of `fd` from/to `buf`. Returns when
+  // enqueued; wait on the ticket. `file` names the file in errors. REQUIRES: buf stays valid
+  // and untouched (for writes: unchanged) until the ticket is waited for.
+  Ticket submit(IoKind kind, int fd, const std::string& file, void* buf, std::size_t bytes,
+                std::uint64_t offset);
+  // Blocks until the request is complete; throws its error (once). Each ticket is waited for
+  // at most once; an unknown ticket is kInvalidArgument.
+  void wait(Ticket t);
+  // Waits for every request in flight; throws the first error among them.
+  void wait_all();
+
+  // Convenience: submit + wait.
+  void read(int fd, const std::string& file, void* buf, std::size_t bytes, std::uint64_t offset);
+  void write(int fd, const std::string& file, const void* buf, std::size_t bytes,
+             std::uint64_t offset);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zero::offload

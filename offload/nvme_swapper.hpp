@@ -1,0 +1,116 @@
+// offload/nvme_swapper.hpp — state that lives in files under nvme_path, streamed chunk by chunk
+// through a few aligned staging buffers: read chunk i+1 while chunk i is used while chunk i-1
+// is written back (ZeRO-Infinity's pipelined swapper).
+//
+// File layout: one file per swapper; chunk c owns one slot, its parts (e.g. fp32 master, Adam m,
+// Adam v) one after another, each padded to kDirectAlignment so every request is O_DIRECT-able.
+// The file's size after the first full write is exactly file_bytes(); those bytes are charged to
+// the tracker's NVMe tier by part category for the swapper's lifetime.
+//
+// Files are created with exclusive names (O_CREAT | O_EXCL), opened O_DIRECT where the file
+// system allows it, and removed when the owner is destroyed. Every I/O error, short transfer or
+// truncated file is a zero::Error naming the file and offset (see aio.hpp).
+//
+// Thread safety: a swapper is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "offload/aio.hpp"
+#include "zero/memory.hpp"
+
+namespace zero::offload {
+
+// A file created exclusively under `dir` and removed on destruction. Move-only.
+class SwapFile {
+ public:
+  SwapFile() = default;
+  // Creates <dir>/zero-<stem>-<pid>-<k>.swap for the first free k. `origin` names the config key
+  // that chose `dir` in errors. Throws kIO naming the directory and the reason.
+  SwapFile(const std::string& dir, const std::string& stem, const std::string& origin);
+  ~SwapFile();
+  SwapFile(SwapFile&& other) noexcept;
+  SwapFile& operator=(SwapFile&& other) noexcept;
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  const std::string& path() const noexcept { return path_; }
+  // O_DIRECT is on (false on file systems that refuse it, e.g. tmpfs: the page cache is used).
+  bool direct() const noexcept { return direct_; }
+
+ private:
+  void close_and_remove() noexcept;
+  int fd_ = -1;
+  std::string path_;
+  bool direct_ = false;
+};
+
+class ChunkSwapper {
+ public:
+  static constexpr std::size_t kMaxParts = 4;
+  struct Part {
+    MemCategory category;    // what the bytes are (charged to the NVMe tier)
+    std::size_t elem_bytes;  // bytes per element
+  };
+  struct Options {
+    std::string dir;
+    std::string stem;    // file name stem, e.g. "optim-r0"
+    std::string origin;  // config key of dir, for errors
+    std::size_t buffer_count = 4;
+    bool pipeline_read = true;
+    bool pipeline_write = true;
+    AioOptions aio;
+  };
+  // A chunk in a staging buffer: part k of chunk `chunk` at part[k] (count elements).
+  struct Staged {
+    std::size_t chunk = 0;
+    std::size_t count = 0;
+    char* part[kMaxParts] = {};
+  };
+
+  // REQUIRES: 1 <= parts.size() <= kMaxParts, buffer_count >= 1. Allocates buffer_count staging
+  // buffers (pinned tier, kOffloadStaging) of the largest slot and creates the file.
+  ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chunk_elems,
+               std::vector<Part> parts, Options options);
+  ~ChunkSwapper();
+  ChunkSwapper(const ChunkSwapper&) = delete;
+  ChunkSwapper& operator=(const ChunkSwapper&) = delete;
+
+  std::size_t num_chunks() const noexcept { return elems_.size(); }
+  std::size_t chunk_elems(std::size_t c) const { return elems_.at(c); }
+  std::size_t file_bytes() const noexcept { return file_bytes_; }
+  // Byte offset of part k of chunk c in the file.
+  std::size_t part_offset(std::size_t c, std::size_t k) const;
+  std::size_t part_bytes(std::size_t c, std::size_t k) const;  // padded
+  const SwapFile& file() const noexcept { return file_; }
+  const char* engine() const noexcept { return aio_.engine(); }
+  std::size_t staging_bytes() const noexcept;
+
+  // Runs fn over chunks [first, last) in order through the pipeline. read: each slot is read
+  // into its staging buffer before fn sees it (else the buffer's content is unspecified and fn
+  // fills every part); write: the slot is written back after fn. With pipeline_read the reads
+  // of the next chunks are in flight while fn runs; with pipeline_write the write of a chunk
+  // goes on while the next chunks are used. Returns when every write has landed. Throws the
+  // first I/O error (after waiting for all requests in flight) or fn's exception.
+  void run(std::size_t first, std::size_t last, bool read, bool write,
+           const std::function<void(const Staged&)>& fn);
+
+ private:
+  std::vector<std::size_t> elems_;
+  std::vector<Part> parts_;
+  std::vector<std::size_t> slot_offset_;
+  std::size_t file_bytes_ = 0;
+  Options o_;
+  MemoryTracker* tracker_;
+  std::vector<std::size_t> charged_;  // per part
+  std::vector<Buffer> staging_;
+  std::vector<char*> aligned_;
+  SwapFile file_;
+  AioQueue aio_;
+};
+
+}  // namespace zero::offload
