@@ -48,6 +48,7 @@ void prefault_pages(void* p, std::size_t bytes, std::size_t grain) {
 Buffer Buffer::host(MemoryTracker& tracker, MemCategory c, std::size_t bytes, AllocOptions opts) {
   Buffer b;
   if (bytes == 0) return b;
+  tracker.check_budget(c, MemTier::kHost, bytes);
   b.data_ = host_alloc(bytes, c);
   b.size_ = bytes;
   b.tracker_ = &tracker;
@@ -62,6 +63,7 @@ Buffer Buffer::host(MemoryTracker& tracker, MemCategory c, std::size_t bytes, Al
 Buffer Buffer::pinned(MemoryTracker& tracker, MemCategory c, std::size_t bytes, AllocOptions opts) {
   Buffer b;
   if (bytes == 0) return b;
+  tracker.check_budget(c, MemTier::kPinned, bytes);
   if (detail::cuda::device_count() > 0) {
     b.data_ = detail::cuda::host_alloc(bytes);
     b.kind_ = Kind::kCudaHost;
@@ -84,6 +86,7 @@ Buffer Buffer::device(MemoryTracker& tracker, MemCategory c, std::size_t bytes, 
              device.to_string());
   Buffer b;
   if (bytes == 0) return b;
+  tracker.check_budget(c, MemTier::kDevice, bytes);
   b.data_ = detail::cuda::device_alloc(bytes, device.index);
   b.size_ = bytes;
   b.tracker_ = &tracker;

@@ -118,4 +118,14 @@ MemoryReport MemoryTracker::report() const {
   return r;
 }
 
+void MemoryTracker::check_budget(MemCategory c, MemTier t, std::size_t bytes) const {
+  const std::size_t budget = budget_.load();
+  if (budget == 0 || t == MemTier::kNvme) return;
+  const std::size_t now = current_memory();
+  ZERO_CHECK(now + bytes <= budget, kOutOfMemory, "rank ", rank_,
+             ": memory budget exceeded: ", bytes, " bytes of ", to_string(c), " (", to_string(t),
+             ") on top of ", now, " bytes in use would pass the budget of ", budget,
+             " bytes (offload the optimizer to NVMe, raise the stage, or raise the budget)");
+}
+
 }  // namespace zero

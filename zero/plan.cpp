@@ -29,9 +29,12 @@ FormulaBytes zero_formula(double psi, int ranks, int stage, double w, double g, 
 }
 
 std::size_t PlanResult::model_state() const {
-  return at(MemCategory::kParams16) + at(MemCategory::kMasterParams) +
-         at(MemCategory::kOptimizerState) + at(MemCategory::kGradients) - in_flight_grad_bytes -
-         gathered_param_bytes;
+  std::size_t s = 0;
+  for (MemCategory c : {MemCategory::kParams16, MemCategory::kMasterParams,
+                        MemCategory::kOptimizerState, MemCategory::kGradients}) {
+    s += at(c) - pinned[static_cast<std::size_t>(c)];
+  }
+  return s - in_flight_grad_bytes - gathered_param_bytes;
 }
 
 std::size_t PlanResult::total() const {
@@ -75,20 +78,53 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   auto add = [&](MemCategory c, std::size_t b) { out.bytes[static_cast<std::size_t>(c)] += b; };
   add(MemCategory::kParams16, (whole + shard_params) * ws);
   const std::size_t opt = stage >= 1 ? lay.total_shard : lay.total_padded;
-  // Optimizer offload to host memory: master (also for fp32) and state in pinned memory, plus
-  // the persistent staging buffers (engine.cpp offloaded_step).
-  const bool offload = z.offload_optimizer.device == "cpu";
-  if (w != DType::kF32 || offload) add(MemCategory::kMasterParams, opt * 4);
-  if (offload) {
-    std::size_t max_shard = 0;
-    for (const auto& ul : lay.units) max_shard = std::max(max_shard, ul.shard);
-    const auto chunk =
-        std::min(static_cast<std::size_t>(z.offload_optimizer.buffer_size), max_shard);
-    const auto count = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
-    add(MemCategory::kOffloadStaging, count * chunk * (rs + (w != DType::kF32 ? ws : 0)));
+  // Optimizer offload (engine.cpp offloaded_step): cpu — master (also for fp32) and state in
+  // pinned memory; nvme — both in the swap file, one 4 KiB-aligned slot per chunk (master, then
+  // each state, each part padded), streamed through buffer_count staging slots. Either way the
+  // persistent gradient (and 16-bit parameter) staging buffers of one chunk each.
+  const OffloadConfig& oo = z.offload_optimizer;
+  const bool offload = oo.enabled();
+  const bool nvme = oo.device == "nvme";
+  const std::size_t sd = dtype_size(op.state_dtype());
+  const auto ns = static_cast<std::size_t>(op.num_states());
+  auto pinned = [&](MemCategory c, std::size_t b) {
+    add(c, b);
+    out.pinned[static_cast<std::size_t>(c)] += b;
+  };
+  if (!nvme) {
+    if (offload) {
+      pinned(MemCategory::kMasterParams, opt * 4);
+      pinned(MemCategory::kOptimizerState, ns * opt * sd);
+    } else {
+      if (w != DType::kF32) add(MemCategory::kMasterParams, opt * 4);
+      add(MemCategory::kOptimizerState, ns * opt * sd);
+    }
   }
-  add(MemCategory::kOptimizerState,
-      static_cast<std::size_t>(op.num_states()) * opt * dtype_size(op.state_dtype()));
+  if (offload) {
+    std::size_t max_range = 0;
+    for (const auto& ul : lay.units)
+      max_range = std::max(max_range, stage >= 1 ? ul.shard : ul.padded);
+    const auto chunk =
+        std::max<std::size_t>(1, std::min(static_cast<std::size_t>(oo.buffer_size), max_range));
+    const auto count = static_cast<std::size_t>(oo.buffer_count);
+    pinned(MemCategory::kOffloadStaging, count * chunk * (rs + (w != DType::kF32 ? ws : 0)));
+    if (nvme) {
+      constexpr std::size_t kAlign = 4096;  // offload/aio.hpp kDirectAlignment
+      auto up = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+      std::size_t max_slot = 0;
+      for (const auto& ul : lay.units) {
+        const std::size_t range = stage >= 1 ? ul.shard : ul.padded;
+        for (std::size_t a = 0; a < range; a += chunk) {
+          const std::size_t n = std::min(chunk, range - a);
+          out.nvme[static_cast<std::size_t>(MemCategory::kMasterParams)] += up(n * 4);
+          out.nvme[static_cast<std::size_t>(MemCategory::kOptimizerState)] += ns * up(n * sd);
+          max_slot = std::max(max_slot, up(n * 4) + ns * up(n * sd));
+        }
+      }
+      // The swapper's staging slots, each with room to align its start.
+      pinned(MemCategory::kOffloadStaging, count * (max_slot + kAlign));
+    }
+  }
   add(MemCategory::kGradients, (stage >= 2 ? lay.total_shard : lay.total_padded) * rs);
 
   // Pools (engine.cpp): one gradient buffer per unit the trainer holds open; in stages 2-3

@@ -29,7 +29,8 @@ std::string ratio(double measured, double predicted) {
 
 std::string label(const ConfigFigures& c) {
   return "stage " + std::to_string(c.stage) +
-         (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint);
+         (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint) +
+         (c.offload == "none" || c.offload.empty() ? "" : " +off " + c.offload);
 }
 
 }  // namespace
@@ -52,8 +53,18 @@ std::size_t RankFigures::category_peak(MemCategory c) const {
 
 std::size_t RankFigures::model_state() const {
   std::size_t s = 0;
-  for (MemCategory c : kModelState) s += category(c);
+  for (MemCategory c : kModelState) {
+    const auto k = static_cast<std::size_t>(c);
+    s += current[k][static_cast<std::size_t>(MemTier::kDevice)] +
+         current[k][static_cast<std::size_t>(MemTier::kHost)];
+  }
   return s - buffers;
+}
+
+std::size_t RankFigures::tier(MemTier t) const {
+  std::size_t s = 0;
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) s += current[k][static_cast<std::size_t>(t)];
+  return s;
 }
 
 std::string format_config(const ConfigFigures& c) {
@@ -63,13 +74,13 @@ std::string format_config(const ConfigFigures& c) {
                 "== %s | N=%d ranks | %s params, %s gradient reduction | %zu parameters\n",
                 label(c).c_str(), c.ranks, c.dtype.c_str(), c.reduce_dtype.c_str(), c.params);
   os << line;
-  std::snprintf(line, sizeof line, "%-18s %14s %14s %8s %14s %14s\n", "per rank (rank 0)",
+  std::snprintf(line, sizeof line, "%-22s %14s %14s %8s %14s %14s\n", "per rank (rank 0)",
                 "measured", "predicted", "ratio", "peak", "all ranks");
   os << line;
   const RankFigures& r0 = c.per_rank.front();
   auto row = [&](const std::string& name, double measured, double predicted, double peak,
                  double all) {
-    std::snprintf(line, sizeof line, "%-18s %14s %14s %8s %14s %14s\n", name.c_str(),
+    std::snprintf(line, sizeof line, "%-22s %14s %14s %8s %14s %14s\n", name.c_str(),
                   mib(measured).c_str(), mib(predicted).c_str(), ratio(measured, predicted).c_str(),
                   mib(peak).c_str(), mib(all).c_str());
     os << line;
@@ -93,6 +104,16 @@ std::string format_config(const ConfigFigures& c) {
         static_cast<double>(c.predicted_activations),
         static_cast<double>(r0.category_peak(MemCategory::kActivations)), static_cast<double>(all));
   }
+  // Offload: the files on NVMe by category, against the planner.
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    const auto cat = static_cast<MemCategory>(k);
+    const std::size_t nv = r0.current[k][static_cast<std::size_t>(MemTier::kNvme)];
+    if (nv == 0 && c.plan.nvme[k] == 0) continue;
+    std::size_t all = 0;
+    for (const auto& r : c.per_rank) all += r.current[k][static_cast<std::size_t>(MemTier::kNvme)];
+    row(std::string(to_string(cat)) + " @NVMe", static_cast<double>(nv),
+        static_cast<double>(c.plan.nvme[k]), static_cast<double>(nv), static_cast<double>(all));
+  }
   std::size_t all_total = 0;
   for (const auto& r : c.per_rank) all_total += r.total_peak;
   row("total (peak)", static_cast<double>(r0.total_peak), static_cast<double>(c.predicted_total()),
@@ -103,6 +124,16 @@ std::string format_config(const ConfigFigures& c) {
                 mib(static_cast<double>(r0.buffers)).c_str(),
                 mib(static_cast<double>(r0.model_state())).c_str(), mib(c.formula.total()).c_str(),
                 ratio(static_cast<double>(r0.model_state()), c.formula.total()).c_str());
+  os << line;
+  std::snprintf(
+      line, sizeof line,
+      "where the bytes are (rank 0, current): device/host %s, pinned host %s, NVMe %s%s\n",
+      mib(static_cast<double>(r0.tier(MemTier::kDevice) + r0.tier(MemTier::kHost))).c_str(),
+      mib(static_cast<double>(r0.tier(MemTier::kPinned))).c_str(),
+      mib(static_cast<double>(r0.tier(MemTier::kNvme))).c_str(),
+      c.offload == "cpu" ? " (CPU-only run: pinned is the same RAM; host offload saves"
+                           " nothing here)"
+                         : "");
   os << line;
   for (const auto& r : c.per_rank) {
     std::snprintf(line, sizeof line,
@@ -163,6 +194,7 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     json cj;
     cj["stage"] = c.stage;
     cj["checkpoint"] = c.checkpoint;
+    cj["offload"] = c.offload;
     cj["ranks"] = c.ranks;
     cj["dtype"] = c.dtype;
     cj["reduce_dtype"] = c.reduce_dtype;
@@ -174,6 +206,12 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     for (std::size_t k = 0; k < kNumMemCategories; ++k) {
       pred[std::string(to_string(static_cast<MemCategory>(k)))] = c.plan.bytes[k];
     }
+    json nvme;
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      if (c.plan.nvme[k] > 0)
+        nvme[std::string(to_string(static_cast<MemCategory>(k)))] = c.plan.nvme[k];
+    }
+    pred["nvme"] = nvme;
     pred["activations_peak"] = c.predicted_activations;
     pred["other"] = c.predicted_other;
     pred["total"] = c.predicted_total();
@@ -182,6 +220,7 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     cj["formula"] = {{"params", c.formula.params},
                      {"grads", c.formula.grads},
                      {"optimizer", c.formula.optimizer},
+                     {"offloaded", c.formula.offloaded},
                      {"total", c.formula.total()}};
     json ranks = json::array();
     for (const auto& r : c.per_rank) {

@@ -27,13 +27,17 @@ struct RankFigures {
 
   std::size_t category(MemCategory c) const;  // current, all tiers
   std::size_t category_peak(MemCategory c) const;
-  // params16 + master + optimizer state + gradients, current, less the engine's pool buffers.
+  // params16 + master + optimizer state + gradients, current, on the device (or, CPU-only, the
+  // host tier that stands for it; offloaded bytes in pinned memory or on NVMe apart), less the
+  // engine's pool buffers.
   std::size_t model_state() const;
+  std::size_t tier(MemTier t) const;  // current, all categories
 };
 
 struct ConfigFigures {
   int stage = 0;
-  std::string checkpoint;  // "none", "sqrt", ...
+  std::string checkpoint;        // "none", "sqrt", ...
+  std::string offload = "none";  // optimizer offload: none | cpu | nvme
   int ranks = 1;
   std::string dtype;  // working dtype
   std::string reduce_dtype;

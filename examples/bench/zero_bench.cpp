@@ -7,6 +7,7 @@
 //   zero-bench [--ranks N] [--steps S] [--stages 0,1,2,3] [--checkpoint none,sqrt]
 //              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--dtype bf16|f16|f32]
 //              [--reduce-dtype bf16|f16|f32] [--data FILE] [--config ds.json] [--set k=v]...
+//              [--offload none,cpu,nvme] [--nvme-path DIR] [--memory-budget BYTES]
 //              [--json FILE] [--csv FILE] [--svg FILE]
 //   zero-bench --plan --params 7.5e9 --ranks 64          DESIGN.md / ZeRO-paper figures
 //   zero-bench --plan --layers L --dim D [--vocab V] ... --ranks N   this engine, predicted
@@ -45,6 +46,9 @@ struct Options {
   int steps = 3;
   std::vector<int> stages{0, 1, 2, 3};
   std::vector<std::string> checkpoints{"none", "sqrt"};
+  std::vector<std::string> offloads{"none"};  // optimizer offload: none | cpu | nvme
+  std::string nvme_path = "/tmp";
+  double memory_budget = 0;  // bytes per rank of memory (all tiers but NVMe); 0: none
   gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 6, .dim = 192, .heads = 4};
   int batch = 2;  // sequences per rank per step
   std::string dtype = "bf16";
@@ -90,6 +94,12 @@ Options parse(int argc, char** argv) {
       for (const auto& s : split(value(), ',')) o.stages.push_back(gpt::flag_int(a, s));
     } else if (a == "--checkpoint") {
       o.checkpoints = split(value(), ',');
+    } else if (a == "--offload") {
+      o.offloads = split(value(), ',');
+    } else if (a == "--nvme-path") {
+      o.nvme_path = value();
+    } else if (a == "--memory-budget") {
+      o.memory_budget = gpt::flag_bytes(a, value());
     } else if (a == "--batch") {
       o.batch = gpt::flag_int(a, value());
     } else if (a == "--vocab") {
@@ -128,13 +138,18 @@ Options parse(int argc, char** argv) {
     if (s < 0 || s > 3) usage_error("--stages takes stages 0..3, got " + std::to_string(s));
   }
   for (const auto& c : o.checkpoints) (void)CheckpointSpec::parse(c);
+  for (const auto& f : o.offloads) {
+    if (f != "none" && f != "cpu" && f != "nvme") {
+      usage_error("--offload takes none, cpu or nvme, got '" + f + "'");
+    }
+  }
   (void)parse_dtype(o.dtype);
   (void)parse_dtype(o.reduce_dtype);
   return o;
 }
 
 // The configuration of one run: the user's file / --set, then the harness's choices.
-Config make_config(const Options& o, int stage) {
+Config make_config(const Options& o, int stage, const std::string& offload = "none") {
   ConfigBuilder b;
   // The harness's default: stage 3 prefetches one unit ahead (DeepSpeed's 5e7 elements would
   // prefetch the whole of a small model). --config / --set / the environment override it.
@@ -152,6 +167,14 @@ Config make_config(const Options& o, int stage) {
                                                                : "bf16"),
         "zero-bench");
   if (stage == 3) b.set("zero_optimization.stage3_param_persistence_threshold=0", "zero-bench");
+  if (offload != "none") {
+    b.set("zero_optimization.offload_optimizer.device=" + offload, "zero-bench");
+    if (offload == "nvme") {
+      b.set("zero_optimization.offload_optimizer.nvme_path=" + o.nvme_path, "zero-bench");
+      b.set("zero_optimization.offload_optimizer.pipeline_read=true", "zero-bench");
+      b.set("zero_optimization.offload_optimizer.pipeline_write=true", "zero-bench");
+    }
+  }
   return b.build();
 }
 
@@ -228,8 +251,9 @@ RankFigures unpack(const std::uint64_t* w) {
 }
 
 ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int stage,
-                         const std::string& ckpt, Communicator* mpi_world) {
-  const Config cfg = make_config(o, stage);
+                         const std::string& ckpt, const std::string& offload,
+                         Communicator* mpi_world) {
+  const Config cfg = make_config(o, stage, offload);
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
   const CheckpointSpec spec = CheckpointSpec::parse(ckpt);
@@ -238,6 +262,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
   ConfigFigures c;
   c.stage = stage;
   c.checkpoint = ckpt;
+  c.offload = offload;
   c.ranks = n;
   c.dtype = o.dtype;
   c.reduce_dtype = o.reduce_dtype;
@@ -259,12 +284,16 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
   const DType w = parse_dtype(o.dtype), r = parse_dtype(o.reduce_dtype);
   c.formula =
       zero_formula(static_cast<double>(c.params), n, stage, static_cast<double>(dtype_size(w)),
-                   static_cast<double>(dtype_size(r)), 12);
+                   static_cast<double>(dtype_size(r)), 12, offload != "none");
   c.per_rank.resize(static_cast<std::size_t>(n));
   std::mutex mu;
 
   auto body = [&](Communicator& comm) {
-    Engine e(comm, cfg);
+    MemoryTracker tracker(comm.rank());
+    if (o.memory_budget > 0) tracker.set_memory_budget(static_cast<std::size_t>(o.memory_budget));
+    EngineOptions eo;
+    eo.tracker = &tracker;
+    Engine e(comm, cfg, eo);
     gpt::GptModel model(g, e.tracker());
     model.set_checkpointing(spec);
     model.declare(e);
@@ -358,32 +387,45 @@ int plan_only(const Options& o) {
   std::printf("%-18s %12s %12s %12s %12s %12s %12s %12s  %s\n", "configuration", "params16",
               "master", "optimizer", "gradients", "comm buf", "activations", "total",
               "largest gathered unit");
-  for (const std::string& ck : o.checkpoints) {
-    for (int stage : o.stages) {
-      const Config cfg = make_config(o, stage);
-      PlanInput pin;
-      pin.units = model_units(g, cfg);
-      pin.ranks = n;
-      pin.config = cfg;
-      const CheckpointSpec spec = CheckpointSpec::parse(ck);
-      pin.gather_order = gpt::GptModel::gather_order(g, spec);
-      pin.grads_held = gpt::GptModel::kGradsHeld;
-      const PlanResult p = plan_engine_memory(pin);
-      MemoryTracker t;
-      gpt::GptModel m(g, t);
-      const std::size_t act = m.activation_bytes(o.batch, g.seq, spec);
-      const std::size_t other = m.workspace_bytes(o.batch, g.seq);
-      auto mib = [](std::size_t b) { return static_cast<double>(b) / 1048576.0; };
-      char label[64];
-      std::snprintf(label, sizeof label, "stage %d%s", stage,
-                    ck == "none" ? "" : (" +" + ck).c_str());
-      std::printf(
-          "%-18s %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB  %s (%zu "
-          "elements)\n",
-          label, mib(p.at(MemCategory::kParams16)), mib(p.at(MemCategory::kMasterParams)),
-          mib(p.at(MemCategory::kOptimizerState)), mib(p.at(MemCategory::kGradients)),
-          mib(p.at(MemCategory::kCommBuffers)), mib(act), mib(p.total() + act + other),
-          p.largest_unit_name.c_str(), p.largest_unit);
+  for (const std::string& off : o.offloads) {
+    for (const std::string& ck : o.checkpoints) {
+      for (int stage : o.stages) {
+        if (off != "none" && stage == 0) continue;
+        const Config cfg = make_config(o, stage, off);
+        PlanInput pin;
+        pin.units = model_units(g, cfg);
+        pin.ranks = n;
+        pin.config = cfg;
+        const CheckpointSpec spec = CheckpointSpec::parse(ck);
+        pin.gather_order = gpt::GptModel::gather_order(g, spec);
+        pin.grads_held = gpt::GptModel::kGradsHeld;
+        const PlanResult p = plan_engine_memory(pin);
+        MemoryTracker t;
+        gpt::GptModel m(g, t);
+        const std::size_t act = m.activation_bytes(o.batch, g.seq, spec);
+        const std::size_t other = m.workspace_bytes(o.batch, g.seq);
+        auto mib = [](std::size_t b) { return static_cast<double>(b) / 1048576.0; };
+        char label[64];
+        std::snprintf(label, sizeof label, "stage %d%s%s", stage,
+                      ck == "none" ? "" : (" +" + ck).c_str(),
+                      off == "none" ? "" : (" +" + off).c_str());
+        std::size_t nvme = 0, pinned = 0;
+        for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+          nvme += p.nvme[k];
+          pinned += p.pinned[k];
+        }
+        std::printf(
+            "%-18s %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB %8.2f MiB  %s (%zu "
+            "elements)%s\n",
+            label, mib(p.at(MemCategory::kParams16)), mib(p.at(MemCategory::kMasterParams)),
+            mib(p.at(MemCategory::kOptimizerState)), mib(p.at(MemCategory::kGradients)),
+            mib(p.at(MemCategory::kCommBuffers)), mib(act), mib(p.total() + act + other),
+            p.largest_unit_name.c_str(), p.largest_unit,
+            off == "none" ? ""
+                          : ("; of it pinned " + std::to_string(mib(pinned)).substr(0, 8) +
+                             " MiB; NVMe files " + std::to_string(mib(nvme)).substr(0, 8) + " MiB")
+                                .c_str());
+      }
     }
   }
   MemoryTracker scratch;
@@ -405,15 +447,18 @@ int run(int argc, char** argv) {
   }
   const bool printer = world == nullptr || world->rank() == 0;
   std::vector<ConfigFigures> all;
-  for (const std::string& ck : o.checkpoints) {
-    double stage0_ms = 0;
-    for (int stage : o.stages) {
-      ConfigFigures c = run_config(o, corpus, stage, ck, world.get());
-      if (stage == 0) stage0_ms = c.per_rank.front().step_ms;
-      c.step_ms_stage0 = stage0_ms;
-      if (printer) std::printf("%s", bench::format_config(c).c_str());
-      std::fflush(stdout);
-      all.push_back(std::move(c));
+  for (const std::string& off : o.offloads) {
+    for (const std::string& ck : o.checkpoints) {
+      double stage0_ms = 0;
+      for (int stage : o.stages) {
+        if (off != "none" && stage == 0) continue;  // offload needs a sharded optimizer
+        ConfigFigures c = run_config(o, corpus, stage, ck, off, world.get());
+        if (stage == 0) stage0_ms = c.per_rank.front().step_ms;
+        c.step_ms_stage0 = stage0_ms;
+        if (printer) std::printf("%s", bench::format_config(c).c_str());
+        std::fflush(stdout);
+        all.push_back(std::move(c));
+      }
     }
   }
   if (!printer) return 0;

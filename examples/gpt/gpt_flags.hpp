@@ -25,6 +25,29 @@ inline int flag_int(const std::string& flag, const std::string& value) {
   return x;
 }
 
+// A byte count: a number with an optional K, M, G suffix (powers of 1024), e.g. 512M, 1.5G.
+inline double flag_bytes(const std::string& flag, const std::string& value) {
+  std::size_t pos = 0;
+  double x = 0;
+  try {
+    x = std::stod(value, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  double mult = 1;
+  if (pos > 0 && pos + 1 == value.size()) {
+    const char u = value[pos];
+    mult = u == 'K' || u == 'k'   ? 1024.0
+           : u == 'M' || u == 'm' ? 1048576.0
+           : u == 'G' || u == 'g' ? 1073741824.0
+                                  : 0;
+    if (mult != 0) ++pos;
+  }
+  ZERO_CHECK(pos == value.size() && !value.empty() && x >= 0 && mult != 0, kInvalidArgument, flag,
+             " expects a byte count such as 512M or 2G, got '", value, "'");
+  return x * mult;
+}
+
 // Applies --layers / --dim / --heads / --seq to `model`; false for any other flag. `value`
 // yields the flag's argument (and may throw when it is missing).
 template <typename Value>

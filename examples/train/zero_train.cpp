@@ -5,7 +5,7 @@
 //              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--steps K]
 //              [--dtype f32|bf16|f16] [--grad-accum A] [--lr X] [--checkpoint-activations [P]]
 //              [--data FILE] [--eval-every K] [--seed S]
-//              [--offload-optimizer none|cpu|nvme] [--nvme-path DIR]
+//              [--offload-optimizer none|cpu|nvme] [--nvme-path DIR] [--memory-budget BYTES]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
@@ -43,6 +43,7 @@ struct Options {
   std::string data = gpt::kDefaultCorpus;
   int eval_every = 50;
   std::uint64_t seed = 1;
+  double memory_budget = 0;  // bytes of memory per rank (all tiers but NVMe); 0: none
   std::vector<std::string> config_args;
 };
 
@@ -92,6 +93,8 @@ Options parse(int argc, char** argv) {
     } else if (a == "--offload-optimizer") {
       o.config_args.push_back("--set");
       o.config_args.push_back("zero_optimization.offload_optimizer.device=" + value());
+    } else if (a == "--memory-budget") {
+      o.memory_budget = gpt::flag_bytes(a, value());
     } else if (a == "--nvme-path") {
       o.config_args.push_back("--set");
       o.config_args.push_back("zero_optimization.offload_optimizer.nvme_path=" + value());
@@ -139,7 +142,13 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
                 const gpt::CharCorpus& corpus, std::mutex& print) {
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
-  Engine e(comm, cfg);
+  // Every rank's memory (all tiers but NVMe files) capped at --memory-budget: an allocation past
+  // it is an error naming the rank and the bytes.
+  MemoryTracker tracker(comm.rank());
+  tracker.set_memory_budget(static_cast<std::size_t>(o.memory_budget));
+  EngineOptions eo;
+  eo.tracker = &tracker;
+  Engine e(comm, cfg, eo);
   gpt::GptModel model(g, e.tracker());
   model.set_checkpointing(CheckpointSpec::parse(o.checkpoint));
   model.declare(e);
@@ -155,6 +164,18 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
         std::string(comm.backend()).c_str(), std::string(to_string(e.param_dtype())).c_str(),
         o.batch, g.seq, static_cast<long long>(cfg.gradient_accumulation_steps),
         o.checkpoint.c_str(), corpus.unigram_entropy());
+    // The fp32 master and Adam moments of this rank's shards, wherever they are.
+    const std::size_t opt =
+        tracker.current(MemCategory::kMasterParams) + tracker.current(MemCategory::kOptimizerState);
+    std::printf(
+        "rank 0: optimizer state (fp32 master + moments) %s, of it in NVMe files %s; "
+        "memory budget %s\n",
+        format_bytes(opt).c_str(),
+        format_bytes(tracker.current(MemCategory::kMasterParams, MemTier::kNvme) +
+                     tracker.current(MemCategory::kOptimizerState, MemTier::kNvme))
+            .c_str(),
+        o.memory_budget > 0 ? format_bytes(static_cast<std::size_t>(o.memory_budget)).c_str()
+                            : "none");
   }
   const auto accum = static_cast<int>(cfg.gradient_accumulation_steps);
   for (int step = 0; step < o.steps; ++step) {

@@ -67,6 +67,15 @@ class MemoryTracker {
   // Sets every peak to its current value (e.g. between harness configurations).
   void reset_peaks() noexcept;
 
+  // A cap on this rank's memory (all tiers but NVMe), 0 for none: a Buffer whose allocation
+  // would take current_memory() past it throws kOutOfMemory naming the rank, the category, the
+  // size and the budget (files on NVMe are not memory and are not capped). Checked per
+  // allocation, not atomically across threads charging the same tracker at once.
+  void set_memory_budget(std::size_t bytes) noexcept { budget_.store(bytes); }
+  std::size_t memory_budget() const noexcept { return budget_.load(); }
+  // Throws as above if `bytes` more of (c, t) would exceed the budget.
+  void check_budget(MemCategory c, MemTier t, std::size_t bytes) const;
+
   MemoryReport report() const;
 
  private:
@@ -79,6 +88,7 @@ class MemoryTracker {
   std::array<std::atomic<std::size_t>, kNumMemTiers> tier_peak_{};
   std::atomic<std::size_t> memory_current_{0};
   std::atomic<std::size_t> memory_peak_{0};
+  std::atomic<std::size_t> budget_{0};
 };
 
 struct AllocOptions {

@@ -52,7 +52,11 @@ struct PlanInput {
 };
 
 struct PlanResult {
-  std::array<std::size_t, kNumMemCategories> bytes{};  // host tier, after a step
+  // Memory after a step by category (device or host tier, and pinned host memory), and of it
+  // what is pinned (optimizer offload); NVMe files apart.
+  std::array<std::size_t, kNumMemCategories> bytes{};
+  std::array<std::size_t, kNumMemCategories> pinned{};
+  std::array<std::size_t, kNumMemCategories> nvme{};
   // Buffers included in `bytes` (gradients in flight, reduce staging, gathered units).
   std::size_t in_flight_grad_bytes = 0;
   std::size_t staging_bytes = 0;
@@ -64,7 +68,8 @@ struct PlanResult {
   std::string largest_unit_name;
 
   std::size_t at(MemCategory c) const { return bytes[static_cast<std::size_t>(c)]; }
-  // params16 + master + optimizer state + gradients, without the buffers above.
+  // params16 + master + optimizer state + gradients where they are computed with (not pinned:
+  // offloaded), without the buffers above.
   std::size_t model_state() const;
   std::size_t buffers() const {
     return in_flight_grad_bytes + staging_bytes + gathered_param_bytes;

@@ -53,6 +53,30 @@ TEST(MemoryTracker, OverReleaseIsAnInternalErrorNamingRankAndCategory) {
   EXPECT_EQ(t.current(MemCategory::kActivations, MemTier::kHost), 10u);  // unchanged
 }
 
+TEST(MemoryTracker, ABudgetRefusesTheAllocationThatWouldPassItNamingRankAndSize) {
+  MemoryTracker t(3);
+  t.set_memory_budget(1 << 20);
+  Buffer a = Buffer::host(t, MemCategory::kParams16, 600 << 10);
+  Buffer b = Buffer::pinned(t, MemCategory::kOffloadStaging, 400 << 10);
+  // NVMe files are not memory: never capped.
+  t.charge(MemCategory::kOptimizerState, MemTier::kNvme, std::size_t{1} << 30);
+  try {
+    Buffer c = Buffer::host(t, MemCategory::kMasterParams, 100 << 10);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("102400 bytes of master_params"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("budget of 1048576"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(t.current_memory(), std::size_t{1000} << 10);  // the refused one charged nothing
+  b.reset();
+  Buffer c = Buffer::host(t, MemCategory::kMasterParams, 100 << 10);  // fits now
+  EXPECT_EQ(c.size(), std::size_t{100} << 10);
+  t.release(MemCategory::kOptimizerState, MemTier::kNvme, std::size_t{1} << 30);
+}
+
 TEST(MemoryTracker, TotalsAreExactUnderConcurrentAllocationFromManyThreads) {
   MemoryTracker t;
   constexpr int kThreads = 8, kIters = 3000;

@@ -521,6 +521,47 @@ TEST(HostOffload, HostOptimizerOffloadGivesBitwiseTheSameParameters) {
   EXPECT_EQ(runs, 2 * 3 * 9);
 }
 
+TEST(NvmeOffload, ThePlanPredictsMemoryAndFilesExactly) {
+  TempDir dir;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int stage : {1, 2, 3}) {
+      RunSpec spec = nvme_spec(stage, dt, 3, 37, dir.path());
+      spec.ranks = 2;
+      const Config cfg = make_config(spec);
+      const Mlp mlp(kDims);
+      PlanInput pin;
+      pin.ranks = 2;
+      pin.config = cfg;
+      for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
+        pin.units.push_back(
+            {"layer" + std::to_string(l),
+             {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
+              {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
+      }
+      const PlanResult plan = plan_engine_memory(pin);
+      ThreadGroup::run(2, [&](Communicator& comm) {
+        Engine e(comm, cfg);
+        mlp.declare(e);
+        mlp.init(e, 1);
+        for (int step = 0; step < 2; ++step) {
+          mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+          e.step();
+        }
+        const MemoryTracker& t = e.tracker();
+        for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+          const auto cat = static_cast<MemCategory>(c);
+          if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+          EXPECT_EQ(t.current(cat) - t.current(cat, MemTier::kNvme), plan.bytes[c])
+              << to_string(cat) << " stage " << stage;
+          EXPECT_EQ(t.current(cat, MemTier::kNvme), plan.nvme[c])
+              << to_string(cat) << " stage " << stage;
+          EXPECT_EQ(t.current(cat, MemTier::kPinned), plan.pinned[c]) << to_string(cat);
+        }
+      });
+    }
+  }
+}
+
 TEST(HostOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const RunSpec spec{
