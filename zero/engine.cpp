@@ -162,8 +162,9 @@ struct Engine::Impl {
   }
   // In attach mode with W == R the trainer's gradient buffer is reduced in place.
   char* acc_base() const { return attached && w == r ? ext_grads : static_cast<char*>(acc.data()); }
-  Buffer params_shard;  // W: stage 3 sharded units
-  Buffer master;        // f32 (16-bit training, or optimizer offload)
+  Buffer params_shard;  // W: stage 3 sharded units (pinned host memory with offload_param)
+  bool offload_params = false;
+  Buffer master;  // f32 (16-bit training, or optimizer offload)
   // Optimizer offload (offload_optimizer.device = cpu | nvme). The step streams every shard in
   // chunks of `offload_chunk` elements through `offload_buffers` pinned staging buffers
   // (gradient chunk in, updated parameter chunk out). cpu: master and state live in pinned host
@@ -221,10 +222,10 @@ struct Engine::Impl {
       tracker = opts.tracker;
     }
     const OffloadConfig& oo = cfg.zero_optimization.offload_optimizer;
-    ZERO_CHECK(!cfg.zero_optimization.offload_param.enabled(), kConfig,
-               "config key 'zero_optimization.offload_param.device' = \"",
-               cfg.zero_optimization.offload_param.device,
-               "\": parameter offload is not available in this engine yet");
+    ZERO_CHECK(cfg.zero_optimization.offload_param.device != "nvme", kConfig,
+               "config key 'zero_optimization.offload_param.device' = \"nvme\": parameter "
+               "offload to NVMe is not available in this engine yet (\"cpu\" is)");
+    offload_params = cfg.zero_optimization.offload_param.device == "cpu";
     offload_tier = oo.device == "cpu"    ? OffloadTier::kHost
                    : oo.device == "nvme" ? OffloadTier::kNvme
                                          : OffloadTier::kNone;
@@ -287,7 +288,12 @@ struct Engine::Impl {
     } else {
       params_whole = Buffer::host(*tracker, MemCategory::kParams16, whole * ws, {.zero = true});
     }
-    params_shard = Buffer::host(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
+    // offload_param = cpu (stage 3): the shards live in pinned host memory and every gather
+    // all-gathers from there into a device buffer (on a CPU-only build: the host tier).
+    params_shard =
+        offload_params
+            ? Buffer::pinned(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true})
+            : Buffer::host(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
     const std::size_t opt_elems = policy.shard_optimizer ? layout.total_shard : layout.total_padded;
     auto opt_alloc = [&](MemCategory c, std::size_t bytes, AllocOptions o) {
       return offloaded() ? Buffer::pinned(*tracker, c, bytes, o)

@@ -77,6 +77,9 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   out.psi_padded = lay.total_padded;
   auto add = [&](MemCategory c, std::size_t b) { out.bytes[static_cast<std::size_t>(c)] += b; };
   add(MemCategory::kParams16, (whole + shard_params) * ws);
+  if (z.offload_param.device == "cpu") {  // the stage-3 shards in pinned host memory
+    out.pinned[static_cast<std::size_t>(MemCategory::kParams16)] += shard_params * ws;
+  }
   const std::size_t opt = stage >= 1 ? lay.total_shard : lay.total_padded;
   // Optimizer offload (engine.cpp offloaded_step): cpu — master (also for fp32) and state in
   // pinned memory; nvme — both in the swap file, one 4 KiB-aligned slot per chunk (master, then

@@ -412,10 +412,8 @@ TEST(EngineMisuse, ClearErrors) {
   });
 }
 
-TEST(EngineMisuse, ParameterOffloadIsRefusedUntilItExists) {
-  for (const char* j :
-       {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})",
-        R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+TEST(EngineMisuse, ParameterOffloadToNvmeIsRefusedUntilItExists) {
+  for (const char* j : {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
                             "nvme_path": "/tmp"}}})"}) {
     const Config cfg = parse_config(j);
     ThreadGroup::run(1, [&](Communicator& comm) {

@@ -42,6 +42,7 @@ struct RunSpec {
   std::string nvme_path;
   bool pipeline = true;
   std::string aio_engine = "io_uring";
+  std::string offload_param = "none";  // stage 3: offload_param.device
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -57,6 +58,7 @@ inline Config make_config(const RunSpec& s) {
                  R"(, "buffer_count": )" + std::to_string(s.offload_buffers) +
                  R"(, "buffer_size": )" + std::to_string(s.offload_chunk) + "}"
            : std::string()) +
+      R"(, "offload_param": {"device": ")" + s.offload_param + R"("})" +
       R"(}, "aio": {"engine": ")" + s.aio_engine + R"("}, "gradient_accumulation_steps": )" +
       std::to_string(s.accumulation) + R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
       R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},

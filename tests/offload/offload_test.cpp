@@ -562,6 +562,60 @@ TEST(NvmeOffload, ThePlanPredictsMemoryAndFilesExactly) {
   }
 }
 
+// offload_param = cpu: stage 3's parameter shards in pinned host memory, gathered from there;
+// alone and with the optimizer offloaded to host memory or NVMe.
+TEST(ParamOffload, HostParameterShardsGiveBitwiseTheSameParametersAndThePlanKnows) {
+  TempDir dir;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    RunSpec base{.stage = 3, .ranks = 3, .dtype = dt, .clip = true, .overlap = true};
+    const RunResult ref = train(base);
+    for (const char* opt : {"none", "cpu", "nvme"}) {
+      RunSpec s = base;
+      s.offload_param = "cpu";
+      if (std::string(opt) != "none") {
+        s = nvme_spec(3, dt, 2, 100, dir.path());
+        s.offload_device = opt;
+        s.offload_param = "cpu";
+      }
+      const RunResult got = train(s);
+      EXPECT_TRUE(bitwise_equal(got.params, ref.params)) << describe(s) << " param offload";
+      EXPECT_TRUE(bitwise_equal(got.masters, ref.masters)) << describe(s) << " param offload";
+    }
+    // Where the bytes are: the shards pinned, the plan says so.
+    RunSpec s = base;
+    s.ranks = 2;
+    s.offload_param = "cpu";
+    const Config cfg = make_config(s);
+    const Mlp mlp(kDims);
+    PlanInput pin;
+    pin.ranks = 2;
+    pin.config = cfg;
+    for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
+      pin.units.push_back(
+          {"layer" + std::to_string(l),
+           {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
+            {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
+    }
+    const PlanResult plan = plan_engine_memory(pin);
+    ThreadGroup::run(2, [&](Communicator& comm) {
+      Engine e(comm, cfg);
+      mlp.declare(e);
+      mlp.init(e, 1);
+      for (int step = 0; step < 2; ++step) {  // the second micro-step prefetches: pools settle
+        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+        e.step();
+      }
+      std::size_t shard = 0;
+      for (UnitId u = 0; u < e.num_units(); ++u) shard += e.unit_shard_numel(u);
+      const MemoryTracker& t = e.tracker();
+      EXPECT_EQ(t.current(MemCategory::kParams16, MemTier::kPinned), shard * dtype_size(dt));
+      EXPECT_EQ(plan.pinned[static_cast<std::size_t>(MemCategory::kParams16)],
+                shard * dtype_size(dt));
+      EXPECT_EQ(t.current(MemCategory::kParams16), plan.at(MemCategory::kParams16));
+    });
+  }
+}
+
 TEST(HostOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const RunSpec spec{
