@@ -248,6 +248,18 @@ TEST(ChunkSwapper, FileNamesAreExclusive) {
 
 // ---- the engine with NVMe offload
 
+// The planner's prediction for the test MLP (one unit per layer: W, b) at `ranks`.
+PlanResult plan_mlp(const Config& cfg, int ranks) {
+  PlanInput pin;
+  pin.ranks = ranks;
+  pin.config = cfg;
+  for (std::size_t l = 0; l + 1 < kDims.size(); ++l) {
+    pin.units.push_back(
+        {"layer" + std::to_string(l), {{"W", {kDims[l + 1], kDims[l]}}, {"b", {kDims[l + 1]}}}});
+  }
+  return plan_engine_memory(pin);
+}
+
 RunSpec nvme_spec(int stage, DType dt, int buffers, long chunk, const std::string& dir) {
   RunSpec s{.stage = stage, .ranks = 3, .dtype = dt, .clip = true, .overlap = stage == 3};
   s.offload_buffers = buffers;
@@ -529,16 +541,7 @@ TEST(NvmeOffload, ThePlanPredictsMemoryAndFilesExactly) {
       spec.ranks = 2;
       const Config cfg = make_config(spec);
       const Mlp mlp(kDims);
-      PlanInput pin;
-      pin.ranks = 2;
-      pin.config = cfg;
-      for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
-        pin.units.push_back(
-            {"layer" + std::to_string(l),
-             {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
-              {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
-      }
-      const PlanResult plan = plan_engine_memory(pin);
+      const PlanResult plan = plan_mlp(cfg, 2);
       ThreadGroup::run(2, [&](Communicator& comm) {
         Engine e(comm, cfg);
         mlp.declare(e);
@@ -587,16 +590,7 @@ TEST(ParamOffload, HostParameterShardsGiveBitwiseTheSameParametersAndThePlanKnow
     s.offload_param = "cpu";
     const Config cfg = make_config(s);
     const Mlp mlp(kDims);
-    PlanInput pin;
-    pin.ranks = 2;
-    pin.config = cfg;
-    for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
-      pin.units.push_back(
-          {"layer" + std::to_string(l),
-           {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
-            {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
-    }
-    const PlanResult plan = plan_engine_memory(pin);
+    const PlanResult plan = plan_mlp(cfg, 2);
     ThreadGroup::run(2, [&](Communicator& comm) {
       Engine e(comm, cfg);
       mlp.declare(e);
@@ -622,16 +616,7 @@ TEST(HostOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
         .stage = 2, .ranks = 2, .dtype = dt, .offload_buffers = 2, .offload_chunk = 50};
     const Config cfg = make_config(spec);
     const Mlp mlp(kDims);
-    PlanInput pin;
-    pin.ranks = 2;
-    pin.config = cfg;
-    for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
-      pin.units.push_back(
-          {"layer" + std::to_string(l),
-           {{"W", {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
-            {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
-    }
-    const PlanResult plan = plan_engine_memory(pin);
+    const PlanResult plan = plan_mlp(cfg, 2);
     ThreadGroup::run(2, [&](Communicator& comm) {
       Engine e(comm, cfg);
       mlp.declare(e);
