@@ -86,8 +86,6 @@ ChunkSwapper::ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chun
       aio_(o_.aio) {
   ZERO_CHECK(!parts_.empty() && parts_.size() <= kMaxParts, kInvalidArgument, "ChunkSwapper: 1 to ",
              kMaxParts, " parts, got ", parts_.size());
-  ZERO_CHECK(o_.buffer_count >= 1, kConfig, "config key '", o_.origin,
-             "': buffer_count must be >= 1");
   std::size_t max_slot = 0;
   charged_.assign(parts_.size(), 0);
   for (std::size_t c = 0; c < elems_.size(); ++c) {
@@ -133,6 +131,18 @@ std::size_t ChunkSwapper::part_offset(std::size_t c, std::size_t k) const {
   return off;
 }
 
+std::size_t ChunkSwapper::slot_bytes(std::size_t c) const {
+  return (c + 1 < elems_.size() ? slot_offset_.at(c + 1) : file_bytes_) - slot_offset_.at(c);
+}
+
+void ChunkSwapper::read_slot(std::size_t c, void* buf) {
+  aio_.read(file_.fd(), file_.path(), buf, slot_bytes(c), slot_offset_.at(c));
+}
+
+void ChunkSwapper::write_slot(std::size_t c, const void* buf) {
+  aio_.write(file_.fd(), file_.path(), buf, slot_bytes(c), slot_offset_.at(c));
+}
+
 std::size_t ChunkSwapper::staging_bytes() const noexcept {
   std::size_t s = 0;
   for (const Buffer& b : staging_) s += b.size();
@@ -144,6 +154,7 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
   ZERO_CHECK(first <= last && last <= elems_.size(), kInvalidArgument,
              "ChunkSwapper::run: chunks [", first, ", ", last, ") of ", elems_.size());
   const std::size_t nb = staging_.size();
+  ZERO_CHECK(nb >= 1, kInvalidArgument, "ChunkSwapper::run: no staging buffers (buffer_count 0)");
   // Sets in use at once: the one fn works on, the reads ahead, and (pipelined writes) the one
   // being written back.
   std::size_t ahead = 0;
@@ -153,9 +164,6 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
   constexpr AioQueue::Ticket kNone = 0;
   std::vector<AioQueue::Ticket> reading(nb, kNone), writing(nb, kNone);
   const std::string& path = file_.path();
-  auto slot_bytes = [&](std::size_t c) {
-    return (c + 1 < elems_.size() ? slot_offset_[c + 1] : file_bytes_) - slot_offset_[c];
-  };
   auto settle_write = [&](std::size_t set) {
     if (writing[set] != kNone) aio_.wait(std::exchange(writing[set], kNone));
   };

@@ -72,8 +72,9 @@ class ChunkSwapper {
     char* part[kMaxParts] = {};
   };
 
-  // REQUIRES: 1 <= parts.size() <= kMaxParts, buffer_count >= 1. Allocates buffer_count staging
-  // buffers (pinned tier, kOffloadStaging) of the largest slot and creates the file.
+  // REQUIRES: 1 <= parts.size() <= kMaxParts. Allocates buffer_count staging buffers (pinned
+  // tier, kOffloadStaging) of the largest slot (none for 0: then only read_slot / write_slot
+  // with the caller's buffers) and creates the file.
   ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chunk_elems,
                std::vector<Part> parts, Options options);
   ~ChunkSwapper();
@@ -89,13 +90,19 @@ class ChunkSwapper {
   const SwapFile& file() const noexcept { return file_; }
   const char* engine() const noexcept { return aio_.engine(); }
   std::size_t staging_bytes() const noexcept;
+  std::size_t slot_bytes(std::size_t c) const;  // all parts of chunk c, padded
 
-  // Runs fn over chunks [first, last) in order through the pipeline. read: each slot is read
-  // into its staging buffer before fn sees it (else the buffer's content is unspecified and fn
-  // fills every part); write: the slot is written back after fn. With pipeline_read the reads
-  // of the next chunks are in flight while fn runs; with pipeline_write the write of a chunk
-  // goes on while the next chunks are used. Returns when every write has landed. Throws the
-  // first I/O error (after waiting for all requests in flight) or fn's exception.
+  // Reads / writes chunk c's whole slot from / to `buf` (kDirectAlignment-aligned, slot_bytes(c)
+  // long), synchronously. Throws as run() does.
+  void read_slot(std::size_t c, void* buf);
+  void write_slot(std::size_t c, const void* buf);
+
+  // Runs fn over chunks [first, last) in order through the pipeline (REQUIRES buffer_count >= 1).
+  // read: each slot is read into its staging buffer before fn sees it (else the buffer's content is
+  // unspecified and fn fills every part); write: the slot is written back after fn. With
+  // pipeline_read the reads of the next chunks are in flight while fn runs; with pipeline_write the
+  // write of a chunk goes on while the next chunks are used. Returns when every write has landed.
+  // Throws the first I/O error (after waiting for all requests in flight) or fn's exception.
   void run(std::size_t first, std::size_t last, bool read, bool write,
            const std::function<void(const Staged&)>& fn);
 

@@ -162,8 +162,17 @@ struct Engine::Impl {
   }
   // In attach mode with W == R the trainer's gradient buffer is reduced in place.
   char* acc_base() const { return attached && w == r ? ext_grads : static_cast<char*>(acc.data()); }
-  Buffer params_shard;  // W: stage 3 sharded units (pinned host memory with offload_param)
+  Buffer params_shard;  // W: stage 3 sharded units (pinned host memory with offload_param = cpu)
   bool offload_params = false;
+  // offload_param = nvme (stage 3): the sharded units' shards live in one swap file, a slot per
+  // unit (param_slot[u]); `param_window` (aligned, one shard) carries a shard between the file
+  // and its users: a gather copies it into its own place in the gathered buffer and all-gathers
+  // in place; the optimizer writes a unit's updated shard into it, and it is written back.
+  bool nvme_params = false;
+  std::unique_ptr<offload::ChunkSwapper> param_swapper;
+  std::vector<std::size_t> param_slot;
+  Buffer param_window_mem;
+  char* param_window = nullptr;
   Buffer master;  // f32 (16-bit training, or optimizer offload)
   // Optimizer offload (offload_optimizer.device = cpu | nvme). The step streams every shard in
   // chunks of `offload_chunk` elements through `offload_buffers` pinned staging buffers
@@ -222,10 +231,13 @@ struct Engine::Impl {
       tracker = opts.tracker;
     }
     const OffloadConfig& oo = cfg.zero_optimization.offload_optimizer;
-    ZERO_CHECK(cfg.zero_optimization.offload_param.device != "nvme", kConfig,
-               "config key 'zero_optimization.offload_param.device' = \"nvme\": parameter "
-               "offload to NVMe is not available in this engine yet (\"cpu\" is)");
     offload_params = cfg.zero_optimization.offload_param.device == "cpu";
+    nvme_params = cfg.zero_optimization.offload_param.device == "nvme";
+    // The updated shards reach the file through the offloaded optimizer's chunk loop.
+    ZERO_CHECK(!nvme_params || oo.enabled(), kConfig,
+               "config key 'zero_optimization.offload_param.device' = \"nvme\" needs "
+               "'zero_optimization.offload_optimizer.device' = \"cpu\" or \"nvme\" (it is \"",
+               oo.device, "\")");
     offload_tier = oo.device == "cpu"    ? OffloadTier::kHost
                    : oo.device == "nvme" ? OffloadTier::kNvme
                                          : OffloadTier::kNone;
@@ -290,6 +302,35 @@ struct Engine::Impl {
     }
     // offload_param = cpu (stage 3): the shards live in pinned host memory and every gather
     // all-gathers from there into a device buffer (on a CPU-only build: the host tier).
+    if (nvme_params) {
+      std::vector<std::size_t> sizes;
+      param_slot.assign(specs.size(), SIZE_MAX);
+      std::size_t max_shard = 0;
+      for (std::size_t u = 0; u < specs.size(); ++u) {
+        if (kept_whole(static_cast<UnitId>(u))) continue;
+        param_slot[u] = sizes.size();
+        sizes.push_back(layout.units[u].shard);
+        max_shard = std::max(max_shard, layout.units[u].shard);
+      }
+      const OffloadConfig& po = cfg.zero_optimization.offload_param;
+      offload::ChunkSwapper::Options so;
+      so.dir = po.nvme_path;
+      so.stem = "param-r" + std::to_string(rank);
+      so.origin = "zero_optimization.offload_param.nvme_path";
+      so.buffer_count = 0;  // the engine's window is the only buffer
+      so.aio = offload::AioOptions::from_config(cfg.aio);
+      param_swapper = std::make_unique<offload::ChunkSwapper>(
+          *tracker, sizes, std::vector<offload::ChunkSwapper::Part>{{MemCategory::kParams16, ws}},
+          std::move(so));
+      param_window_mem = Buffer::pinned(
+          *tracker, MemCategory::kOffloadStaging,
+          offload::align_up(max_shard * ws) + offload::kDirectAlignment, {.zero = true});
+      param_window = reinterpret_cast<char*>(
+          offload::align_up(reinterpret_cast<std::uintptr_t>(param_window_mem.data())));
+      // The file starts as the shards do: zeros.
+      for (std::size_t c = 0; c < sizes.size(); ++c) param_swapper->write_slot(c, param_window);
+      sharded = 0;  // nothing of them in memory
+    }
     params_shard =
         offload_params
             ? Buffer::pinned(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true})
@@ -382,9 +423,12 @@ struct Engine::Impl {
     return policy.shard_optimizer ? lay(u).shard_offset : lay(u).full_offset;
   }
   // The working-dtype storage of the stepped range.
+  // offload_param = nvme: the window; it holds unit u's shard only between load_shard(u) (or the
+  // optimizer writing all of it) and store_shard(u).
   char* param_step_ptr(UnitId u) {
     const UnitState& us = units[static_cast<std::size_t>(u)];
     if (kept_whole(u)) return at(whole_base(), us.whole_offset + step_begin(u), w);
+    if (nvme_params) return param_window;
     return at(params_shard.data(), us.shard_param_offset, w);
   }
   // fp32 training keeps no master copy (the parameters are the master) unless the optimizer is
@@ -446,6 +490,8 @@ struct Engine::Impl {
     } else {
       std::memcpy(params, part.master, ch.count * 4);  // fp32: the parameters are the master's copy
     }
+    // The window now holds the unit's whole updated shard: back to its file slot.
+    if (shard_on_nvme(ch.unit) && ch.at + ch.count == step_count(ch.unit)) store_shard(ch.unit);
   }
 
   void offloaded_step(const OptimizerParams& p, std::int64_t step, float grad_scale) {
@@ -475,6 +521,7 @@ struct Engine::Impl {
     swapper->run(0, chunks.size(), /*read=*/false, /*write=*/true,
                  [&](const offload::ChunkSwapper::Staged& s) {
                    const Chunk& ch = chunks[s.chunk];
+                   if (ch.at == 0 && shard_on_nvme(ch.unit)) load_shard(ch.unit);
                    convert(param_step_ptr(ch.unit) + ch.at * dtype_size(w), w, s.part[0],
                            DType::kF32, ch.count);
                    ShardRef z;
@@ -492,6 +539,15 @@ struct Engine::Impl {
     write_nvme_state();
     swapper->run(unit_chunk[u], unit_chunk[u + 1], /*read=*/true, write,
                  [&](const offload::ChunkSwapper::Staged& s) { fn(chunks[s.chunk], s); });
+  }
+
+  // offload_param = nvme: unit u's shard between its file slot and the window.
+  bool shard_on_nvme(UnitId u) const { return nvme_params && !kept_whole(u); }
+  void load_shard(UnitId u) {
+    param_swapper->read_slot(param_slot[static_cast<std::size_t>(u)], param_window);
+  }
+  void store_shard(UnitId u) {
+    param_swapper->write_slot(param_slot[static_cast<std::size_t>(u)], param_window);
   }
 
   // ---- gradients
@@ -515,7 +571,15 @@ struct Engine::Impl {
     UnitState& us = units[static_cast<std::size_t>(u)];
     us.gathered = gather_pool->take();
     live_gathered += lay(u).padded;
-    const void* send = at(params_shard.data(), us.shard_param_offset, w);
+    const void* send;
+    if (shard_on_nvme(u)) {  // this rank's shard into its place; the all-gather runs in place
+      load_shard(u);
+      char* own = at(us.gathered.data(), own_begin(u), w);
+      std::memcpy(own, param_window, lay(u).shard * dtype_size(w));
+      send = own;
+    } else {
+      send = at(params_shard.data(), us.shard_param_offset, w);
+    }
     if (async) {
       us.prefetch = comm.all_gather_async(send, us.gathered.data(), lay(u).shard, w);
     } else {
@@ -752,7 +816,9 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
   if (lo >= hi) return;
   const float* src = values + (lo - pl.offset);
   char* wdst = m.param_step_ptr(u) + (lo - m.step_begin(u)) * dtype_size(m.w);
+  if (m.shard_on_nvme(u)) m.load_shard(u);  // patched in the window, written back
   if (!m.kept_whole(u)) convert(src, DType::kF32, wdst, m.w, hi - lo);
+  if (m.shard_on_nvme(u)) m.store_shard(u);
   if (m.offload_tier == Impl::OffloadTier::kNvme) {
     // Before the file is first written it is made from the working copy; after, the chunks
     // that hold [lo, hi) are read, patched and written back.

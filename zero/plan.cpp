@@ -76,9 +76,26 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   }
   out.psi_padded = lay.total_padded;
   auto add = [&](MemCategory c, std::size_t b) { out.bytes[static_cast<std::size_t>(c)] += b; };
-  add(MemCategory::kParams16, (whole + shard_params) * ws);
-  if (z.offload_param.device == "cpu") {  // the stage-3 shards in pinned host memory
-    out.pinned[static_cast<std::size_t>(MemCategory::kParams16)] += shard_params * ws;
+  constexpr std::size_t kAlign = 4096;  // offload/aio.hpp kDirectAlignment
+  auto up = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  if (z.offload_param.device == "nvme") {
+    // The shards in the param swap file (a 4 KiB-aligned slot per sharded unit), one pinned
+    // window of the largest shard in memory.
+    std::size_t max_shard = 0;
+    for (std::size_t u = 0; u < nu; ++u) {
+      if (!sharded[u]) continue;
+      out.nvme[static_cast<std::size_t>(MemCategory::kParams16)] += up(lay.units[u].shard * ws);
+      max_shard = std::max(max_shard, lay.units[u].shard);
+    }
+    add(MemCategory::kParams16, whole * ws);
+    add(MemCategory::kOffloadStaging, up(max_shard * ws) + kAlign);
+    out.pinned[static_cast<std::size_t>(MemCategory::kOffloadStaging)] +=
+        up(max_shard * ws) + kAlign;
+  } else {
+    add(MemCategory::kParams16, (whole + shard_params) * ws);
+    if (z.offload_param.device == "cpu") {  // the stage-3 shards in pinned host memory
+      out.pinned[static_cast<std::size_t>(MemCategory::kParams16)] += shard_params * ws;
+    }
   }
   const std::size_t opt = stage >= 1 ? lay.total_shard : lay.total_padded;
   // Optimizer offload (engine.cpp offloaded_step): cpu — master (also for fp32) and state in
@@ -112,8 +129,6 @@ PlanResult plan_engine_memory(const PlanInput& in) {
     const auto count = static_cast<std::size_t>(oo.buffer_count);
     pinned(MemCategory::kOffloadStaging, count * chunk * (rs + (w != DType::kF32 ? ws : 0)));
     if (nvme) {
-      constexpr std::size_t kAlign = 4096;  // offload/aio.hpp kDirectAlignment
-      auto up = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
       std::size_t max_slot = 0;
       for (const auto& ul : lay.units) {
         const std::size_t range = stage >= 1 ? ul.shard : ul.padded;

@@ -5,7 +5,8 @@
 //              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--steps K]
 //              [--dtype f32|bf16|f16] [--grad-accum A] [--lr X] [--checkpoint-activations [P]]
 //              [--data FILE] [--eval-every K] [--seed S]
-//              [--offload-optimizer none|cpu|nvme] [--nvme-path DIR] [--memory-budget BYTES]
+//              [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]
+//              [--nvme-path DIR] [--memory-budget BYTES]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
@@ -95,9 +96,15 @@ Options parse(int argc, char** argv) {
       o.config_args.push_back("zero_optimization.offload_optimizer.device=" + value());
     } else if (a == "--memory-budget") {
       o.memory_budget = gpt::flag_bytes(a, value());
-    } else if (a == "--nvme-path") {
+    } else if (a == "--offload-param") {
       o.config_args.push_back("--set");
-      o.config_args.push_back("zero_optimization.offload_optimizer.nvme_path=" + value());
+      o.config_args.push_back("zero_optimization.offload_param.device=" + value());
+    } else if (a == "--nvme-path") {  // for both offloads
+      const std::string dir = value();
+      for (const char* key : {"offload_optimizer", "offload_param"}) {
+        o.config_args.push_back("--set");
+        o.config_args.push_back(std::string("zero_optimization.") + key + ".nvme_path=" + dir);
+      }
     } else if (a == "--config" || a == "--set" || a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());

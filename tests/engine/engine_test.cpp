@@ -412,7 +412,7 @@ TEST(EngineMisuse, ClearErrors) {
   });
 }
 
-TEST(EngineMisuse, ParameterOffloadToNvmeIsRefusedUntilItExists) {
+TEST(EngineMisuse, ParameterOffloadToNvmeWithoutOptimizerOffloadIsRefused) {
   for (const char* j : {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
                             "nvme_path": "/tmp"}}})"}) {
     const Config cfg = parse_config(j);

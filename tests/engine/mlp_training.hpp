@@ -58,9 +58,10 @@ inline Config make_config(const RunSpec& s) {
                  R"(, "buffer_count": )" + std::to_string(s.offload_buffers) +
                  R"(, "buffer_size": )" + std::to_string(s.offload_chunk) + "}"
            : std::string()) +
-      R"(, "offload_param": {"device": ")" + s.offload_param + R"("})" +
-      R"(}, "aio": {"engine": ")" + s.aio_engine + R"("}, "gradient_accumulation_steps": )" +
-      std::to_string(s.accumulation) + R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
+      R"(, "offload_param": {"device": ")" + s.offload_param + R"(", "nvme_path": ")" +
+      s.nvme_path + R"("})" + R"(}, "aio": {"engine": ")" + s.aio_engine +
+      R"("}, "gradient_accumulation_steps": )" + std::to_string(s.accumulation) +
+      R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
       R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
         "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.001,
           "warmup_max_lr": 0.01, "warmup_num_steps": 5, "total_num_steps": 40}})";

@@ -610,6 +610,95 @@ TEST(ParamOffload, HostParameterShardsGiveBitwiseTheSameParametersAndThePlanKnow
   }
 }
 
+// offload_param = nvme: the shards in a swap file (one slot per sharded unit), read into their
+// place in the gathered buffer at every gather, written back by the optimizer's chunk loop.
+TEST(ParamOffload, NvmeParameterShardsGiveBitwiseTheSameParametersAndTheFileHoldsThem) {
+  TempDir dir;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    RunSpec base{.stage = 3, .ranks = 3, .dtype = dt, .clip = true, .overlap = true};
+    const RunResult ref = train(base);
+    for (const char* opt : {"cpu", "nvme"}) {
+      for (int buffers : {1, 4}) {
+        RunSpec s = nvme_spec(3, dt, buffers, 100, dir.path());
+        s.offload_device = opt;
+        s.offload_param = "nvme";
+        s.pipeline = buffers > 1;
+        const RunResult got = train(s);
+        EXPECT_TRUE(bitwise_equal(got.params, ref.params)) << describe(s) << " param nvme";
+        EXPECT_TRUE(bitwise_equal(got.masters, ref.masters)) << describe(s) << " param nvme";
+        EXPECT_TRUE(dir.files().empty()) << "swap files left behind";
+      }
+    }
+    // The file holds each rank's shard of the working parameters, exactly; the plan knows.
+    RunSpec s = nvme_spec(3, dt, 2, 64, dir.path());
+    s.ranks = 2;
+    s.offload_param = "nvme";
+    const Config cfg = make_config(s);
+    const Mlp mlp(kDims);
+    const PlanResult plan = plan_mlp(cfg, 2);
+    ThreadGroup::run(2, [&](Communicator& comm) {
+      Engine e(comm, cfg);
+      mlp.declare(e);
+      mlp.init(e, 1);
+      for (int step = 0; step < 2; ++step) {
+        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+        e.step();
+      }
+      const MemoryTracker& t = e.tracker();
+      for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+        const auto cat = static_cast<MemCategory>(c);
+        if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
+        EXPECT_EQ(t.current(cat) - t.current(cat, MemTier::kNvme), plan.bytes[c]) << to_string(cat);
+        EXPECT_EQ(t.current(cat, MemTier::kNvme), plan.nvme[c]) << to_string(cat);
+      }
+      // Whole units from read_param (a gather), laid out as the engine does (W at 0, b at the
+      // next multiple of 32), this rank's shard in the working dtype.
+      std::vector<std::vector<char>> expect_slots;
+      std::size_t expect_bytes = 0;
+      for (UnitId u = 0; u < e.num_units(); ++u) {
+        std::vector<float> whole(e.unit_padded_numel(u), 0.0f);
+        std::size_t at = 0;
+        for (int p = 0; p < 2; ++p) {
+          const std::size_t n = e.unit(u).params[static_cast<std::size_t>(p)].numel();
+          e.read_param(u, p, whole.data() + at, n);
+          at = (at + n + 31) / 32 * 32;
+        }
+        const std::size_t shard = e.unit_shard_numel(u), ws = dtype_size(dt);
+        std::vector<char> slot(offload::align_up(shard * ws), 0);
+        convert(whole.data() + static_cast<std::size_t>(comm.rank()) * shard, DType::kF32,
+                slot.data(), dt, shard);
+        slot.resize(shard * ws);
+        expect_bytes += offload::align_up(shard * ws);
+        expect_slots.push_back(std::move(slot));
+      }
+      EXPECT_EQ(t.current(MemCategory::kParams16, MemTier::kNvme), expect_bytes);
+      std::string file;
+      const std::string stem = "zero-param-r" + std::to_string(comm.rank()) + "-";
+      for (const auto& f : dir.files()) {
+        if (fs::path(f).filename().string().rfind(stem, 0) == 0) file = f;
+      }
+      ASSERT_FALSE(file.empty());
+      const std::vector<char> disk = read_file(file);
+      ASSERT_EQ(disk.size(), expect_bytes);
+      std::size_t off = 0;
+      for (std::size_t u = 0; u < expect_slots.size(); ++u) {
+        EXPECT_EQ(std::memcmp(disk.data() + off, expect_slots[u].data(), expect_slots[u].size()), 0)
+            << "unit " << u;
+        off += offload::align_up(expect_slots[u].size());
+      }
+      comm.barrier();
+    });
+    EXPECT_TRUE(dir.files().empty());
+  }
+  // NVMe parameters need the optimizer offloaded (its chunk loop writes them back).
+  RunSpec s{.stage = 3, .ranks = 1};
+  s.offload_param = "nvme";
+  s.nvme_path = dir.path();
+  const std::string msg = nvme_error(s);
+  EXPECT_NE(msg.find("zero_optimization.offload_param.device"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("zero_optimization.offload_optimizer.device"), std::string::npos) << msg;
+}
+
 TEST(HostOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const RunSpec spec{
