@@ -193,6 +193,12 @@ struct Engine::Impl {
   std::unique_ptr<offload::ChunkSwapper> swapper;
   bool nvme_written = false;
   bool offloaded() const { return offload_tier != OffloadTier::kNone; }
+  // ZeRO-Offload keeps the gradient partition with the optimizer on the host: with optimizer
+  // offload in stages 2-3 the fp32 (reduce-dtype) gradient shards live in pinned host memory,
+  // and each unit's reduce-scatter output is accumulated into them as it completes, during
+  // backward (on CUDA: the device->host copy). Stage 1 reduces whole gradients on the device
+  // at the boundary; its shard is staged chunk by chunk at the step.
+  bool grads_on_host() const { return offloaded() && policy.shard_gradients; }
   Buffer state[2];  // optimizer state
   Buffer acc;       // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
   std::unique_ptr<BufferPool> grad_pool, stage_pool, gather_pool;
@@ -364,10 +370,13 @@ struct Engine::Impl {
         }
       }
       unit_chunk.push_back(chunks.size());
-      // Persistent staging: allocated once, reused every step (no allocation per step).
+      // Persistent staging: allocated once, reused every step (no allocation per step). The
+      // gradient chunk is staged only where the gradients stay on the device (stage 1).
       for (std::size_t b = 0; b < offload_buffers; ++b) {
-        staging_grad.push_back(
-            Buffer::pinned(*tracker, MemCategory::kOffloadStaging, offload_chunk * rs));
+        if (!grads_on_host()) {
+          staging_grad.push_back(
+              Buffer::pinned(*tracker, MemCategory::kOffloadStaging, offload_chunk * rs));
+        }
         if (w != DType::kF32) {  // fp32: the pinned master is copied to the parameters directly
           staging_param.push_back(
               Buffer::pinned(*tracker, MemCategory::kOffloadStaging, offload_chunk * ws));
@@ -400,7 +409,9 @@ struct Engine::Impl {
       }
     }
     const std::size_t acc_elems = policy.shard_gradients ? layout.total_shard : layout.total_padded;
-    if (!attached || w != r) {
+    if (grads_on_host()) {
+      acc = Buffer::pinned(*tracker, MemCategory::kGradients, acc_elems * rs, {.zero = true});
+    } else if (!attached || w != r) {
       acc = Buffer::host(*tracker, MemCategory::kGradients, acc_elems * rs, {.zero = true});
     }
     grad_pool =
@@ -471,12 +482,16 @@ struct Engine::Impl {
                             char* const* state_part, std::int64_t step, float grad_scale) {
     const Chunk& ch = chunks[c];
     const std::size_t rs = dtype_size(r), ws = dtype_size(w);
-    Buffer& g = staging_grad[c % offload_buffers];
-    std::memcpy(g.data(), acc_ptr(ch.unit) + ch.at * rs, ch.count * rs);
+    const char* grad = acc_ptr(ch.unit) + ch.at * rs;
+    if (!grads_on_host()) {
+      Buffer& g = staging_grad[c % offload_buffers];
+      std::memcpy(g.data(), grad, ch.count * rs);
+      grad = static_cast<const char*>(g.data());
+    }
     ShardRef part;
     part.count = ch.count;
     part.master = master_part;
-    part.grad = g.data();
+    part.grad = grad;
     part.grad_dtype = r;
     for (int k = 0; k < oparams.num_states(); ++k) part.state[k] = state_part[k];
     char* params = param_step_ptr(ch.unit) + ch.at * ws;

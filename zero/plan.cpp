@@ -20,6 +20,10 @@ FormulaBytes zero_formula(double psi, int ranks, int stage, double w, double g, 
   if (offload_optimizer) {
     f.offloaded += f.optimizer;
     f.optimizer = 0;
+    if (stage >= 2) {  // ZeRO-Offload keeps the gradient partition with the optimizer, on the host
+      f.offloaded += f.grads;
+      f.grads = 0;
+    }
   }
   if (offload_params && stage >= 3) {
     f.offloaded += f.params;
@@ -127,7 +131,9 @@ PlanResult plan_engine_memory(const PlanInput& in) {
     const auto chunk =
         std::max<std::size_t>(1, std::min(static_cast<std::size_t>(oo.buffer_size), max_range));
     const auto count = static_cast<std::size_t>(oo.buffer_count);
-    pinned(MemCategory::kOffloadStaging, count * chunk * (rs + (w != DType::kF32 ? ws : 0)));
+    // Stages 2-3 keep the gradient shards on the host: no gradient staging then.
+    pinned(MemCategory::kOffloadStaging,
+           count * chunk * ((stage >= 2 ? 0 : rs) + (w != DType::kF32 ? ws : 0)));
     if (nvme) {
       std::size_t max_slot = 0;
       for (const auto& ul : lay.units) {
@@ -143,7 +149,11 @@ PlanResult plan_engine_memory(const PlanInput& in) {
       pinned(MemCategory::kOffloadStaging, count * (max_slot + kAlign));
     }
   }
-  add(MemCategory::kGradients, (stage >= 2 ? lay.total_shard : lay.total_padded) * rs);
+  if (offload && stage >= 2) {  // ZeRO-Offload: the gradient partition lives on the host
+    pinned(MemCategory::kGradients, lay.total_shard * rs);
+  } else {
+    add(MemCategory::kGradients, (stage >= 2 ? lay.total_shard : lay.total_padded) * rs);
+  }
 
   // Pools (engine.cpp): one gradient buffer per unit the trainer holds open; in stages 2-3
   // with overlap_comm one reduce-scatter stays in flight while the next unit's gradient is

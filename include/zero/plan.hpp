@@ -26,8 +26,10 @@ namespace zero {
 
 // Model-state bytes per rank by DESIGN.md (element counts times bytes; Ψ parameters, N ranks):
 // params w·Ψ, gradients g·Ψ, optimizer k·Ψ (fp32 master + moments: k = 12 for Adam), each
-// divided by N where the stage partitions it. Offload moves the optimizer part (and in stage 3
-// the parameters) off the device: `device` holds what stays, `offloaded` what moved.
+// divided by N where the stage partitions it. Offload moves the optimizer part off the device,
+// with it in stages 2-3 the gradient partition (ZeRO-Offload reduces each bucket into fp32
+// gradients on the host), and with parameter offload in stage 3 the parameters: the totals hold
+// what stays, `offloaded` what moved.
 struct FormulaBytes {
   double params = 0, grads = 0, optimizer = 0;
   double offloaded = 0;

@@ -587,9 +587,15 @@ TEST(EnginePlan, FormulasReproduceTheZeroPapersSevenPointFiveBillionExample) {
   EXPECT_NEAR(zero_formula(psi, 64, 1).total() / 1e9, 31.4, 0.05);
   EXPECT_NEAR(zero_formula(psi, 64, 2).total() / 1e9, 16.6, 0.05);
   EXPECT_NEAR(zero_formula(psi, 64, 3).total() / 1e9, 1.9, 0.05);
+  // ZeRO-Infinity (stage 3, optimizer and parameter offload): every model state leaves the
+  // device (the gradient partition goes with the optimizer, as in ZeRO-Offload).
   const FormulaBytes off = zero_formula(psi, 64, 3, 2, 2, 12, true, true);
-  EXPECT_NEAR(off.total() / 1e9, 2 * psi / 64 / 1e9, 1e-9);  // only the gradient shard stays
-  EXPECT_NEAR(off.offloaded / 1e9, 14 * psi / 64 / 1e9, 1e-9);
+  EXPECT_NEAR(off.total() / 1e9, 0.0, 1e-9);
+  EXPECT_NEAR(off.offloaded / 1e9, 16 * psi / 64 / 1e9, 1e-9);
+  // ZeRO-Offload (stage 2, optimizer offload): 2 psi of parameters stay.
+  const FormulaBytes zo = zero_formula(psi, 64, 2, 2, 2, 12, true, false);
+  EXPECT_NEAR(zo.total() / 1e9, 2 * psi / 1e9, 1e-9);
+  EXPECT_NEAR(zo.offloaded / 1e9, 14 * psi / 64 / 1e9, 1e-9);
 }
 
 }  // namespace

@@ -699,46 +699,68 @@ TEST(ParamOffload, NvmeParameterShardsGiveBitwiseTheSameParametersAndTheFileHold
   EXPECT_NE(msg.find("zero_optimization.offload_optimizer.device"), std::string::npos) << msg;
 }
 
-TEST(HostOffload, StateAndMasterLiveInPinnedMemoryAndThePlanKnows) {
-  for (DType dt : {DType::kF32, DType::kBF16}) {
-    const RunSpec spec{
-        .stage = 2, .ranks = 2, .dtype = dt, .offload_buffers = 2, .offload_chunk = 50};
-    const Config cfg = make_config(spec);
-    const Mlp mlp(kDims);
-    const PlanResult plan = plan_mlp(cfg, 2);
-    ThreadGroup::run(2, [&](Communicator& comm) {
-      Engine e(comm, cfg);
-      mlp.declare(e);
-      mlp.init(e, 1);
-      for (int step = 0; step < 2; ++step) {
-        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-        e.step();
-      }
-      const MemoryTracker& t = e.tracker();
-      std::size_t shard = 0;
-      for (UnitId u = 0; u < e.num_units(); ++u) shard += e.unit_shard_numel(u);
-      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kPinned), shard * 4);
-      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kPinned), 2 * shard * 4);
-      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kHost), 0u);
-      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kHost), 0u);
-      const std::size_t staging = 2 * 50 * (4 + (dt == DType::kF32 ? 0 : 2));
-      EXPECT_EQ(t.current(MemCategory::kOffloadStaging, MemTier::kPinned), staging);
-      // A buffer_size beyond the largest shard (DeepSpeed's default is 1e8) is capped to it.
-      Config big = cfg;
-      big.zero_optimization.offload_optimizer.buffer_size = 100'000'000;
-      Engine e2(comm, big);
-      mlp.declare(e2);
-      mlp.init(e2, 1);
-      std::size_t max_shard = 0;
-      for (UnitId u = 0; u < e2.num_units(); ++u)
-        max_shard = std::max(max_shard, e2.unit_shard_numel(u));
-      EXPECT_EQ(e2.tracker().current(MemCategory::kOffloadStaging, MemTier::kPinned),
-                2 * max_shard * (4 + (dt == DType::kF32 ? 0 : 2)));
-      for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-        EXPECT_EQ(t.current(static_cast<MemCategory>(c)), plan.bytes[c])
-            << to_string(static_cast<MemCategory>(c)) << " " << to_string(dt);
-      }
-    });
+// Stage 1 keeps whole gradients on the device and stages the shard's gradient chunk by chunk at
+// the step; stages 2-3 keep the fp32 gradient shards in pinned host memory (ZeRO-Offload), so
+// only the 16-bit parameter chunk is staged.
+TEST(HostOffload, StateMasterAndGradientShardsLiveInPinnedMemoryAndThePlanKnows) {
+  for (int stage : {1, 2}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const RunSpec spec{
+          .stage = stage, .ranks = 2, .dtype = dt, .offload_buffers = 2, .offload_chunk = 50};
+      const Config cfg = make_config(spec);
+      const Mlp mlp(kDims);
+      const PlanResult plan = plan_mlp(cfg, 2);
+      const std::size_t grad_staging = stage == 1 ? 4 : 0,
+                        param_staging = dt == DType::kF32 ? 0 : 2;
+      ThreadGroup::run(2, [&](Communicator& comm) {
+        Engine e(comm, cfg);
+        mlp.declare(e);
+        mlp.init(e, 1);
+        for (int step = 0; step < 2; ++step) {
+          mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+          e.step();
+        }
+        const MemoryTracker& t = e.tracker();
+        std::size_t shard = 0, padded = 0;
+        for (UnitId u = 0; u < e.num_units(); ++u) {
+          shard += e.unit_shard_numel(u);
+          padded += e.unit_padded_numel(u);
+        }
+        EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kPinned), shard * 4);
+        EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kPinned), 2 * shard * 4);
+        EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kHost), 0u);
+        EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kHost), 0u);
+        // Gradients: stage 1 whole on the "device" (host tier here); stage 2 the fp32 shard
+        // pinned, the in-flight unit buffers on the device.
+        EXPECT_EQ(t.current(MemCategory::kGradients, MemTier::kPinned),
+                  stage == 1 ? 0u : shard * 4);
+        if (stage == 1) {
+          EXPECT_EQ(
+              t.current(MemCategory::kGradients, MemTier::kHost) - e.buffer_bytes().in_flight_grads,
+              padded * 4);
+        }
+        const std::size_t staging = 2 * 50 * (grad_staging + param_staging);
+        EXPECT_EQ(t.current(MemCategory::kOffloadStaging, MemTier::kPinned), staging);
+        // A buffer_size beyond the largest shard (DeepSpeed's default is 1e8) is capped to it.
+        Config big = cfg;
+        big.zero_optimization.offload_optimizer.buffer_size = 100'000'000;
+        Engine e2(comm, big);
+        mlp.declare(e2);
+        mlp.init(e2, 1);
+        std::size_t max_shard = 0;
+        for (UnitId u = 0; u < e2.num_units(); ++u) {
+          max_shard = std::max(max_shard, e2.unit_shard_numel(u));
+        }
+        EXPECT_EQ(e2.tracker().current(MemCategory::kOffloadStaging, MemTier::kPinned),
+                  2 * max_shard * (grad_staging + param_staging));
+        for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+          EXPECT_EQ(t.current(static_cast<MemCategory>(c)), plan.bytes[c])
+              << to_string(static_cast<MemCategory>(c)) << " " << to_string(dt);
+          EXPECT_EQ(t.current(static_cast<MemCategory>(c), MemTier::kPinned), plan.pinned[c])
+              << to_string(static_cast<MemCategory>(c)) << " " << to_string(dt);
+        }
+      });
+    }
   }
 }
 
