@@ -159,7 +159,7 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
   std::ostringstream os;
   char line[512];
   os << "== summary (per rank, rank 0; model states less declared buffers)\n";
-  std::snprintf(line, sizeof line, "%-18s %13s %13s %7s %13s %13s %13s %8s %8s\n", "config",
+  std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8s %8s\n", "config",
                 "model states", "formula", "ratio", "vs stage 0", "activations", "peak total",
                 "step ms", "vs st.0");
   os << line;
@@ -175,7 +175,7 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
     if (stage0_state > 0) {
       std::snprintf(vs0, sizeof vs0, "%.3f", static_cast<double>(r.model_state()) / stage0_state);
     }
-    std::snprintf(line, sizeof line, "%-18s %13s %13s %7s %13s %13s %13s %8.1f %8s\n",
+    std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8.1f %8s\n",
                   label(c).c_str(), mib(static_cast<double>(r.model_state())).c_str(),
                   mib(c.formula.total()).c_str(),
                   ratio(static_cast<double>(r.model_state()), c.formula.total()).c_str(), vs0,
@@ -258,7 +258,7 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
     os << ',' << to_string(static_cast<MemCategory>(k));
   }
   os << ",activations_peak,total_current,total_peak,model_state,formula,predicted_total,step_ms,"
-        "comm_bytes_per_step\n";
+        "comm_bytes_per_step,offload,nvme_bytes\n";
   for (const auto& c : all) {
     for (const auto& r : c.per_rank) {
       os << c.stage << ',' << c.checkpoint << ',' << c.ranks << ',' << r.rank << ',' << c.dtype
@@ -269,7 +269,8 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
       os << ',' << r.category_peak(MemCategory::kActivations) << ',' << r.total_current << ','
          << r.total_peak << ',' << r.model_state() << ','
          << static_cast<std::size_t>(c.formula.total()) << ',' << c.predicted_total() << ','
-         << r.step_ms << ',' << r.comm_bytes_per_step << '\n';
+         << r.step_ms << ',' << r.comm_bytes_per_step << ',' << c.offload << ','
+         << r.tier(MemTier::kNvme) << '\n';
     }
   }
   return os.str();
@@ -302,13 +303,14 @@ std::string to_svg(const std::vector<ConfigFigures>& all) {
   std::snprintf(buf, sizeof buf,
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "font-family=\"sans-serif\" font-size=\"12\">\n",
-                width, top + height + 90);
+                width, top + height + 106);
   os << buf;
-  std::snprintf(buf, sizeof buf,
-                "<text x=\"%.0f\" y=\"24\" font-size=\"15\">zero-bench: memory per rank by category"
-                " (N=%d, %zu parameters, %s)</text>\n",
-                left, all.empty() ? 0 : all.front().ranks, all.empty() ? 0 : all.front().params,
-                all.empty() ? "" : all.front().dtype.c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "<text x=\"%.0f\" y=\"24\" font-size=\"15\">zero-bench: memory per rank by category, rank 0"
+      " (N=%d, %zu parameters, %s; NVMe files not shown)</text>\n",
+      left, all.empty() ? 0 : all.front().ranks, all.empty() ? 0 : all.front().params,
+      all.empty() ? "" : all.front().dtype.c_str());
   os << buf;
   // Axis with 5 ticks.
   for (int i = 0; i <= 5; ++i) {
@@ -339,10 +341,13 @@ std::string to_svg(const std::vector<ConfigFigures>& all) {
     std::snprintf(buf, sizeof buf,
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.1f</text>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">stage %d</text>\n"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
                   x + bar_w / 2, y - 5, total / 1048576, x + bar_w / 2, top + height + 18,
                   all[i].stage, x + bar_w / 2, top + height + 34,
-                  all[i].checkpoint == "none" ? "" : ("ckpt " + all[i].checkpoint).c_str());
+                  all[i].checkpoint == "none" ? "" : ("ckpt " + all[i].checkpoint).c_str(),
+                  x + bar_w / 2, top + height + 50,
+                  all[i].offload == "none" ? "" : ("offload " + all[i].offload).c_str());
     os << buf;
   }
   const double lx = left + all.size() * (bar_w + gap) + 20;

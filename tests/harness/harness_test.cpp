@@ -42,18 +42,22 @@ std::string tmp_path(const std::string& name) {
 TEST(Harness, JsonTotalsAreTheTrackersAndPredictionsHold) {
   const std::string json_path = tmp_path("out.json"), svg_path = tmp_path("out.svg"),
                     csv_path = tmp_path("out.csv");
-  const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
-                          " --ranks 4 --steps 2 --layers 4 --dim 64 --seq 32 --batch 2 --json " +
-                          json_path + " --svg " + svg_path + " --csv " + csv_path);
+  const CmdResult r =
+      run(std::string(ZERO_BENCH_BIN) +
+          " --ranks 4 --steps 2 --layers 4 --dim 64 --seq 32 --batch 2 --json " + json_path +
+          " --svg " + svg_path + " --csv " + csv_path + " --nvme-path " + ::testing::TempDir());
   ASSERT_EQ(r.status, 0) << r.out;
   std::ifstream in(json_path);
   ASSERT_TRUE(in.good());
   const nlohmann::json all = nlohmann::json::parse(in);
-  ASSERT_EQ(all.size(), 8u);  // stages 0-3, without and with sqrt checkpointing
+  // Stages 0-3 without and with sqrt checkpointing, then stages 1-3 of both with the optimizer
+  // offloaded to host memory and to NVMe.
+  ASSERT_EQ(all.size(), 8u + 12u);
   std::map<std::string, double> stage0_state;
   for (const auto& c : all) {
     const std::string what = "stage " + std::to_string(c["stage"].get<int>()) + " ckpt " +
-                             c["checkpoint"].get<std::string>();
+                             c["checkpoint"].get<std::string>() + " offload " +
+                             c["offload"].get<std::string>();
     ASSERT_EQ(c["per_rank"].size(), 4u) << what;
     for (const auto& rk : c["per_rank"]) {
       // The totals are the tracker's: the categories (all tiers but NVMe) sum to them.
@@ -68,6 +72,16 @@ TEST(Harness, JsonTotalsAreTheTrackersAndPredictionsHold) {
       const double measured = rk["total_peak"].get<double>();
       const double predicted = c["predicted"]["total"].get<double>();
       EXPECT_NEAR(predicted / measured, 1.0, 0.02) << what;
+      // The NVMe files: exactly as predicted; nothing on NVMe without NVMe offload.
+      std::size_t nvme = 0, nvme_predicted = 0;
+      for (const auto& [cat, tiers] : rk["categories"].items()) {
+        nvme += tiers["nvme"]["current"].get<std::size_t>();
+      }
+      for (const auto& [cat, b] : c["predicted"]["nvme"].items()) {
+        nvme_predicted += b.get<std::size_t>();
+      }
+      EXPECT_EQ(nvme, nvme_predicted) << what;
+      EXPECT_EQ(nvme > 0, c["offload"] == "nvme") << what;
     }
     const double state = c["per_rank"][0]["model_state"].get<double>();
     const double formula = c["formula"]["total"].get<double>();
