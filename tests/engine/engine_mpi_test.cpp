@@ -3,7 +3,12 @@
 // may sum in different orders), and fp16 overflow skips on every rank.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "engine/mlp_training.hpp"
 #include "zero/comm.hpp"
@@ -11,6 +16,7 @@
 namespace zero {
 namespace {
 
+using testing::bitwise_equal;
 using testing::max_abs_diff;
 using testing::RunResult;
 using testing::RunSpec;
@@ -51,6 +57,47 @@ TEST(EngineMpi, EveryStageMatchesStageZeroWithinTolerance) {
         for (std::size_t i = 0; i < ref.steps.size(); ++i) {
           EXPECT_EQ(got.steps[i].applied, ref.steps[i].applied) << "step " << i;
         }
+      }
+    }
+  }
+}
+
+// Offload changes where the state lives, not the arithmetic or the collectives: with the same
+// MPI reductions the parameters are bitwise those of the run without offload. Each process's
+// swap files carry its pid and rank, and are gone after each run.
+TEST(EngineMpi, OffloadTrainsBitwiseTheSameParametersAcrossProcesses) {
+  Communicator& c = world();
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const std::string mine = "-" + std::to_string(::getpid()) + "-";
+  auto leftovers = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind("zero-", 0) == 0 && f.find(mine) != std::string::npos) ++n;
+    }
+    return n;
+  };
+  for (int stage : {2, 3}) {
+    RunSpec base{.stage = stage,
+                 .ranks = c.size(),
+                 .dtype = DType::kBF16,
+                 .clip = true,
+                 .overlap = stage == 3};
+    const RunResult ref = testing::train_rank(c, base);
+    for (const char* opt : {"cpu", "nvme"}) {
+      for (const char* param : {"none", "nvme"}) {
+        if (stage < 3 && std::string(param) != "none") continue;
+        RunSpec s = base;
+        s.offload_buffers = 2;
+        s.offload_chunk = 100;
+        s.offload_device = opt;
+        s.offload_param = param;
+        s.nvme_path = dir;
+        const RunResult got = testing::train_rank(c, s);
+        EXPECT_TRUE(bitwise_equal(got.params, ref.params)) << testing::describe(s);
+        EXPECT_TRUE(bitwise_equal(got.masters, ref.masters)) << testing::describe(s);
+        EXPECT_EQ(leftovers(), 0) << testing::describe(s);
       }
     }
   }
