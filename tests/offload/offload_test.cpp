@@ -167,6 +167,29 @@ TEST_P(AioEngines, ReadPastTheEndNamesTheFileAndOffset) {
   ::close(fd);
 }
 
+// ENOSPC, as a full disk gives it: /dev/full answers every write with it.
+TEST_P(AioEngines, DiskFullIsAnErrorNamingFileOffsetAndErrno) {
+  const int fd = ::open("/dev/full", O_WRONLY);
+  ASSERT_GE(fd, 0) << "/dev/full";
+  offload::AioOptions o;
+  o.engine = GetParam();
+  o.block_size = 4096;
+  offload::AioQueue q(o);
+  Aligned b(3 * 4096);
+  std::memset(b.p, 7, b.size);
+  try {
+    q.write(fd, "/dev/full", b.p, b.size, 8192);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIO);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("write of 12288 bytes at offset 8192 of '/dev/full'"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("No space left on device"), std::string::npos) << msg;
+  }
+  ::close(fd);
+}
+
 INSTANTIATE_TEST_SUITE_P(Offload, AioEngines, ::testing::Values("io_uring", "threads"));
 
 // ---- the chunk swapper: passes that read, change and write every chunk, checked on disk
