@@ -18,13 +18,21 @@
 //                 stages 0-2: (N-1)/N (2 x 4Ψ) for all_reduce, (N-1)/N (4Ψ + 2Ψ) for
 //                 reduce_scatter + all_gather; stage 3 adds the second gather (+ (N-1)/N 2Ψ).
 //                 DESIGN.md's "2Ψ / 3Ψ" is this with 16-bit gradients.
+//
+// BM_OffloadOverNoOffload/<stage>/<offload>: the same A/B between stage k without and with the
+// optimizer offloaded (offload 1: pinned host memory; 2: NVMe files under $ZERO_BENCH_DIR or
+// /tmp, 4 staging buffers of 1M elements, read/write pipeline on). Counter over_no_offload. On
+// this CPU-only machine host offload only adds the chunked copies (nothing moves off a device);
+// NVMe adds the file I/O of 12 bytes per parameter each way.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "zero/comm.hpp"
@@ -38,10 +46,20 @@ using namespace zero;
 
 constexpr int kRanks = 2;
 
-Config config_for(int stage) {
+std::string offload_json(int offload) {
+  if (offload == 0) return "";
+  const char* dir = std::getenv("ZERO_BENCH_DIR");
+  return std::string(R"(, "offload_optimizer": {"device": ")") + (offload == 1 ? "cpu" : "nvme") +
+         R"(", "nvme_path": ")" + (dir != nullptr ? dir : "/tmp") +
+         R"(", "buffer_count": 4, "buffer_size": 1048576, "pipeline_read": true,
+            "pipeline_write": true})";
+}
+
+Config config_for(int stage, int offload = 0) {
   return parse_config(R"({"zero_optimization": {"stage": )" + std::to_string(stage) +
                       R"(, "overlap_comm": true)" +
-                      (stage == 3 ? R"(, "stage3_param_persistence_threshold": 0)" : "") + R"(},
+                      (stage == 3 ? R"(, "stage3_param_persistence_threshold": 0)" : "") +
+                      offload_json(offload) + R"(},
       "bf16": {"enabled": true}, "gradient_clipping": 1.0,
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}}})");
 }
@@ -53,10 +71,10 @@ struct Timing {
 };
 
 // Runs warmup + `steps` steps at `stage` on N in-process ranks; rank 0's step times.
-Timing run(int stage, int units, std::size_t elems, int steps) {
+Timing run(int stage, int units, std::size_t elems, int steps, int offload = 0) {
   Timing t;
   std::mutex mu;
-  const Config cfg = config_for(stage);
+  const Config cfg = config_for(stage, offload);
   ThreadGroup::run(kRanks, [&](Communicator& comm) {
     EngineOptions opts;
     opts.poison_released = false;
@@ -146,6 +164,38 @@ void BM_StageOverStage0(benchmark::State& st) {
   st.counters["comm_over_theory"] = bytes / theory;
   st.counters["params_M"] = static_cast<double>(psi) / 1e6;
 }
+
+void BM_OffloadOverNoOffload(benchmark::State& st) {
+  const int stage = static_cast<int>(st.range(0));
+  const int offload = static_cast<int>(st.range(1));
+  constexpr int kUnits = 8, kSteps = 4, kRounds = 3;
+  constexpr std::size_t kElems = std::size_t{1} << 20;
+  std::vector<double> ta, tb;
+  for (auto _ : st) {
+    ta.clear();
+    tb.clear();
+    for (int r = 0; r < kRounds; ++r) {
+      Timing a = run(stage, kUnits, kElems, kSteps);
+      Timing b = run(stage, kUnits, kElems, kSteps, offload);
+      ta.insert(ta.end(), a.step_s.begin(), a.step_s.end());
+      tb.insert(tb.end(), b.step_s.begin(), b.step_s.end());
+    }
+    st.SetIterationTime(median(tb));
+  }
+  st.counters["no_offload_ms"] = median(ta) * 1e3;
+  st.counters["offload_ms"] = median(tb) * 1e3;
+  st.counters["over_no_offload"] = median(tb) / median(ta);
+  st.SetLabel(offload == 1 ? "offload cpu" : "offload nvme");
+}
+
+BENCHMARK(BM_OffloadOverNoOffload)
+    ->ArgNames({"stage", "offload"})
+    ->Args({2, 1})
+    ->Args({2, 2})
+    ->Args({3, 2})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_StageOverStage0)
     ->ArgNames({"stage", "units", "elems"})
