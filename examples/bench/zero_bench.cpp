@@ -37,6 +37,27 @@
 
 namespace {
 
+constexpr const char* kUsage =
+    R"(usage: zero-bench [flags]          what each ZeRO stage saves, measured
+  --ranks N               in-process ranks (default 4); under mpirun the processes
+  --steps S               steps per configuration (default 3; the first warms up)
+  --stages L              stages to run (default 0,1,2,3)
+  --checkpoint L          activation checkpointing policies (default none,sqrt)
+  --offload L             optimizer offload per run: none, cpu, nvme (default none,cpu,nvme)
+  --nvme-path DIR         swap files for --offload nvme (default /tmp)
+  --memory-budget B       cap each rank's memory (e.g. 512M); NVMe files are not counted
+  --layers L --dim D --heads H --seq T   the GPT model (default 6, 192, 4, 64)
+  --batch B               sequences per rank per step (default 2)
+  --dtype bf16|f16|f32    working dtype (default bf16)
+  --reduce-dtype bf16|f16|f32   gradient reduction dtype (default bf16)
+  --data FILE             training text
+  --config FILE, --set k=v      DeepSpeed-style config and overrides for every run
+  --json F --csv F --svg F      write the figures
+  --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
+                          with the model flags (and --vocab V) this engine's bytes per rank
+  --help                  this text
+)";
+
 using namespace zero;
 using bench::ConfigFigures;
 using bench::RankFigures;
@@ -63,7 +84,7 @@ struct Options {
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
-  ZERO_THROW(kInvalidArgument, what, " (see the usage at the top of zero_bench.cpp or README)");
+  ZERO_THROW(kInvalidArgument, what, " (run zero-bench --help)");
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -437,6 +458,13 @@ int plan_only(const Options& o) {
 }
 
 int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   const Options o = parse(argc, argv);
   if (o.plan) return plan_only(o);
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);

@@ -29,6 +29,27 @@
 
 namespace {
 
+constexpr const char* kUsage = R"(usage: zero-train [flags]
+  --zero-stage S          ZeRO stage 0-3 (default 0; also --config / ZERO_STAGE)
+  --ranks N               in-process ranks (default 2); under mpirun/srun/torchrun the processes
+  --config FILE           DeepSpeed-style JSON config;  --set key.path=value  one key (repeatable)
+  --layers L --dim D --heads H --seq T    the GPT model (default 4, 128, 4, 64)
+  --batch B               sequences per rank per micro-step (default 8)
+  --steps K               optimizer steps (default 200)
+  --dtype f32|bf16|f16    working dtype (default: the config's, else f32)
+  --grad-accum A          micro-steps per step
+  --lr X                  peak learning rate
+  --checkpoint-activations [P]   activation checkpointing: sqrt (bare), every:K, list:A,B
+  --data FILE             training text (default /usr/share/common-licenses/GPL-3)
+  --eval-every K          validation loss every K steps (0: never)
+  --seed S                data and init seed
+  --offload-optimizer none|cpu|nvme   fp32 master + optimizer state to pinned memory / NVMe
+  --offload-param none|cpu|nvme       stage-3 parameter shards to pinned memory / NVMe
+  --nvme-path DIR         directory of the swap files (both offloads)
+  --memory-budget B       cap each rank's memory (e.g. 512M, 2G); NVMe files are not counted
+  --help                  this text
+)";
+
 using namespace zero;
 using Clock = std::chrono::steady_clock;
 
@@ -49,7 +70,7 @@ struct Options {
 };
 
 [[noreturn]] void bad(const std::string& what) {
-  ZERO_THROW(kInvalidArgument, what, " (see the usage at the top of zero_train.cpp or README)");
+  ZERO_THROW(kInvalidArgument, what, " (run zero-train --help)");
 }
 
 Options parse(int argc, char** argv) {
@@ -229,6 +250,13 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
 }
 
 int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   const Options o = parse(argc, argv);
   const Config cfg = make_config(o);
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);

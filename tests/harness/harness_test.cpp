@@ -141,6 +141,29 @@ TEST(Harness, BadFlagsAreClearErrors) {
   const CmdResult d = run(std::string(ZERO_BENCH_BIN) + " --data /nonexistent/corpus.txt");
   EXPECT_EQ(d.status, 2);
   EXPECT_NE(d.out.find("/nonexistent/corpus.txt"), std::string::npos) << d.out;
+  const CmdResult e = run(std::string(ZERO_BENCH_BIN) + " --offload disk");
+  EXPECT_EQ(e.status, 2);
+  EXPECT_NE(e.out.find("--offload"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("zero-bench --help"), std::string::npos) << e.out;
+  const CmdResult f = run(std::string(ZERO_TRAIN_BIN) + " --memory-budget lots");
+  EXPECT_EQ(f.status, 2);
+  EXPECT_NE(f.out.find("--memory-budget"), std::string::npos) << f.out;
+}
+
+// --help prints every flag the binary takes and exits 0.
+TEST(Harness, HelpListsTheFlags) {
+  const CmdResult b = run(std::string(ZERO_BENCH_BIN) + " --help");
+  EXPECT_EQ(b.status, 0) << b.out;
+  for (const char* flag : {"--ranks", "--stages", "--checkpoint", "--offload", "--nvme-path",
+                           "--memory-budget", "--plan", "--json", "--svg", "--csv"}) {
+    EXPECT_NE(b.out.find(flag), std::string::npos) << flag;
+  }
+  const CmdResult t = run(std::string(ZERO_TRAIN_BIN) + " --help");
+  EXPECT_EQ(t.status, 0) << t.out;
+  for (const char* flag : {"--zero-stage", "--ranks", "--offload-optimizer", "--offload-param",
+                           "--nvme-path", "--memory-budget", "--checkpoint-activations"}) {
+    EXPECT_NE(t.out.find(flag), std::string::npos) << flag;
+  }
 }
 
 TEST(Train, LossFallsWellBelowTheUnigramEntropy) {
