@@ -21,11 +21,10 @@ SwapFile::SwapFile(const std::string& dir, const std::string& stem, const std::s
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
     const int e = errno;
-    ZERO_THROW(kIO, "config key '", origin, "' = \"", dir, "\": ", std::strerror(e),
+    ZERO_THROW(kIO, origin, " = \"", dir, "\": ", std::strerror(e),
                e == ENOENT ? " (the directory for swap files must exist)" : "");
   }
-  ZERO_CHECK(S_ISDIR(st.st_mode), kIO, "config key '", origin, "' = \"", dir,
-             "\": not a directory");
+  ZERO_CHECK(S_ISDIR(st.st_mode), kIO, origin, " = \"", dir, "\": not a directory");
   const std::string base = dir + (dir.empty() || dir.back() == '/' ? "" : "/") + "zero-" + stem +
                            "-" + std::to_string(::getpid()) + "-";
   for (int k = 0;; ++k) {
@@ -38,7 +37,7 @@ SwapFile::SwapFile(const std::string& dir, const std::string& stem, const std::s
     }
     const int e = errno;
     if (e == EEXIST && k < 100000) continue;
-    ZERO_THROW(kIO, "config key '", origin, "' = \"", dir, "\": cannot create swap file '", p,
+    ZERO_THROW(kIO, origin, " = \"", dir, "\": cannot create swap file '", p,
                "': ", std::strerror(e));
   }
   // O_DIRECT set after an exclusive create, so a file system that refuses it (tmpfs) costs no

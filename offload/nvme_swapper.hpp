@@ -28,8 +28,8 @@ namespace zero::offload {
 class SwapFile {
  public:
   SwapFile() = default;
-  // Creates <dir>/zero-<stem>-<pid>-<k>.swap for the first free k. `origin` names the config key
-  // that chose `dir` in errors. Throws kIO naming the directory and the reason.
+  // Creates <dir>/zero-<stem>-<pid>-<k>.swap for the first free k. `origin` names what chose
+  // `dir` in errors (e.g. "config key '…nvme_path'"). Throws kIO naming the directory and why.
   SwapFile(const std::string& dir, const std::string& stem, const std::string& origin);
   ~SwapFile();
   SwapFile(SwapFile&& other) noexcept;
@@ -59,7 +59,7 @@ class ChunkSwapper {
   struct Options {
     std::string dir;
     std::string stem;    // file name stem, e.g. "optim-r0"
-    std::string origin;  // config key of dir, for errors
+    std::string origin;  // what chose dir, for errors: "config key '…nvme_path'", a flag
     std::size_t buffer_count = 4;
     bool pipeline_read = true;
     bool pipeline_write = true;

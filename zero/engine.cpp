@@ -322,7 +322,7 @@ struct Engine::Impl {
       offload::ChunkSwapper::Options so;
       so.dir = po.nvme_path;
       so.stem = "param-r" + std::to_string(rank);
-      so.origin = "zero_optimization.offload_param.nvme_path";
+      so.origin = "config key 'zero_optimization.offload_param.nvme_path'";
       so.buffer_count = 0;  // the engine's window is the only buffer
       so.aio = offload::AioOptions::from_config(cfg.aio);
       param_swapper = std::make_unique<offload::ChunkSwapper>(
@@ -394,7 +394,7 @@ struct Engine::Impl {
       offload::ChunkSwapper::Options so;
       so.dir = oo.nvme_path;
       so.stem = "optim-r" + std::to_string(rank);
-      so.origin = "zero_optimization.offload_optimizer.nvme_path";
+      so.origin = "config key 'zero_optimization.offload_optimizer.nvme_path'";
       so.buffer_count = offload_buffers;
       so.pipeline_read = oo.pipeline_read;
       so.pipeline_write = oo.pipeline_write;
