@@ -138,6 +138,11 @@ void ChunkSwapper::read_slot(std::size_t c, void* buf) {
   aio_.read(file_.fd(), file_.path(), buf, slot_bytes(c), slot_offset_.at(c));
 }
 
+AioQueue::Ticket ChunkSwapper::submit_read_slot(std::size_t c, void* buf) {
+  return aio_.submit(IoKind::kRead, file_.fd(), file_.path(), buf, slot_bytes(c),
+                     slot_offset_.at(c));
+}
+
 void ChunkSwapper::write_slot(std::size_t c, const void* buf) {
   aio_.write(file_.fd(), file_.path(), buf, slot_bytes(c), slot_offset_.at(c));
 }

@@ -96,6 +96,9 @@ class ChunkSwapper {
   // long), synchronously. Throws as run() does.
   void read_slot(std::size_t c, void* buf);
   void write_slot(std::size_t c, const void* buf);
+  // The asynchronous read: returns when enqueued; wait() on the ticket before using `buf`.
+  AioQueue::Ticket submit_read_slot(std::size_t c, void* buf);
+  void wait(AioQueue::Ticket t) { aio_.wait(t); }
 
   // Runs fn over chunks [first, last) in order through the pipeline (REQUIRES buffer_count >= 1).
   // read: each slot is read into its staging buffer before fn sees it (else the buffer's content is

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "offload/nvme_swapper.hpp"
 #include "zero/error.hpp"
@@ -129,6 +130,7 @@ struct Engine::Impl {
     bool persistent = false;             // stage 3: kept whole (below the persistence threshold)
     std::size_t whole_offset = 0;        // in params_whole (units kept whole)
     std::size_t shard_param_offset = 0;  // in params_shard (stage 3 sharded units)
+    offload::AioQueue::Ticket shard_read = 0;  // offload_param = nvme: prefetch read in flight
   };
 
   Communicator& comm;
@@ -173,6 +175,11 @@ struct Engine::Impl {
   std::vector<std::size_t> param_slot;
   Buffer param_window_mem;
   char* param_window = nullptr;
+  // A prefetch reads the shard into an aligned tail of the unit's gathered buffer (`gather_extra`
+  // bytes past the unit) while the trainer computes; the all-gather is launched at the next
+  // gather() (a point every rank reaches in the same order), from `deferred`, in read order.
+  std::size_t gather_extra = 0;
+  std::deque<UnitId> deferred;
   Buffer master;  // f32 (16-bit training, or optimizer offload)
   // Optimizer offload (offload_optimizer.device = cpu | nvme). The step streams every shard in
   // chunks of `offload_chunk` elements through `offload_buffers` pinned staging buffers
@@ -336,6 +343,7 @@ struct Engine::Impl {
       // The file starts as the shards do: zeros.
       for (std::size_t c = 0; c < sizes.size(); ++c) param_swapper->write_slot(c, param_window);
       sharded = 0;  // nothing of them in memory
+      gather_extra = offload::align_up(max_shard * ws) + offload::kDirectAlignment;
     }
     params_shard =
         offload_params
@@ -418,8 +426,8 @@ struct Engine::Impl {
         std::make_unique<BufferPool>(*tracker, MemCategory::kGradients, layout.max_padded * ws);
     stage_pool =
         std::make_unique<BufferPool>(*tracker, MemCategory::kCommBuffers, layout.max_padded * rs);
-    gather_pool =
-        std::make_unique<BufferPool>(*tracker, MemCategory::kParams16, layout.max_padded * ws);
+    gather_pool = std::make_unique<BufferPool>(*tracker, MemCategory::kParams16,
+                                               layout.max_padded * ws + gather_extra);
     laid_out = true;
   }
 
@@ -587,6 +595,12 @@ struct Engine::Impl {
     us.gathered = gather_pool->take();
     live_gathered += lay(u).padded;
     const void* send;
+    if (shard_on_nvme(u) && async) {  // read now, all-gather at the next gather()
+      us.shard_read =
+          param_swapper->submit_read_slot(param_slot[static_cast<std::size_t>(u)], read_target(u));
+      deferred.push_back(u);
+      return;
+    }
     if (shard_on_nvme(u)) {  // this rank's shard into its place; the all-gather runs in place
       load_shard(u);
       char* own = at(us.gathered.data(), own_begin(u), w);
@@ -631,8 +645,31 @@ struct Engine::Impl {
     }
   }
 
+  // offload_param = nvme: where a prefetch reads unit u's shard (inside its gathered buffer).
+  char* read_target(UnitId u) {
+    const auto p =
+        reinterpret_cast<std::uintptr_t>(units[static_cast<std::size_t>(u)].gathered.data());
+    return reinterpret_cast<char*>(offload::align_up(p + layout.max_padded * dtype_size(w)));
+  }
+  // Launches the all-gathers of the prefetched units whose shard reads were started, in order.
+  void launch_deferred() {
+    while (!deferred.empty()) {
+      const UnitId u = deferred.front();
+      deferred.pop_front();
+      UnitState& us = units[static_cast<std::size_t>(u)];
+      param_swapper->wait(std::exchange(us.shard_read, 0));
+      char* own = at(us.gathered.data(), own_begin(u), w);
+      std::memcpy(own, read_target(u), lay(u).shard * dtype_size(w));
+      us.prefetch = comm.all_gather_async(own, us.gathered.data(), lay(u).shard, w);
+    }
+  }
+
   void drop_gathered(UnitId u) {
     UnitState& us = units[static_cast<std::size_t>(u)];
+    if (us.shard_read != 0) {  // prefetched, never launched: every rank drops it here alike
+      param_swapper->wait(std::exchange(us.shard_read, 0));
+      deferred.erase(std::find(deferred.begin(), deferred.end(), u));
+    }
     if (us.prefetch.valid()) us.prefetch.wait();
     if (us.gathered.empty()) return;
     if (*opts.poison_released) poison(us.gathered.data(), lay(u).padded * dtype_size(w));
@@ -643,6 +680,7 @@ struct Engine::Impl {
   // Makes unit u whole for one more holder: stage 3 all-gathers it (or waits for its prefetch).
   void acquire(UnitId u) {
     UnitState& us = units[static_cast<std::size_t>(u)];
+    if (us.shard_read != 0) launch_deferred();
     if (!kept_whole(u)) {
       if (us.gathered.empty()) {
         start_gather(u, /*async=*/false);
@@ -799,7 +837,7 @@ Engine::Buffers Engine::buffer_bytes() const {
   const std::size_t unit = m.layout.max_padded;
   b.in_flight_grads = m.grad_pool->allocated() * unit * dtype_size(m.w);
   b.reduce_staging = m.stage_pool->allocated() * unit * dtype_size(m.r);
-  b.gathered_params = m.gather_pool->allocated() * unit * dtype_size(m.w);
+  b.gathered_params = m.gather_pool->allocated() * (unit * dtype_size(m.w) + m.gather_extra);
   return b;
 }
 MemoryReport Engine::memory_report() const { return impl_->tracker->report(); }
@@ -870,6 +908,7 @@ GatherGuard Engine::gather(UnitId u) {
   m.check_unit(u, "gather");
   m.lay_out();
   m.recording.push_back(u);
+  m.launch_deferred();
   m.acquire(u);
   if (m.policy.shard_params) m.prefetch_after(u);
   return GatherGuard(this, u);

@@ -218,7 +218,17 @@ PlanResult plan_engine_memory(const PlanInput& in) {
       live = 0;
       in_use = 0;
     }
-    out.gathered_param_bytes = pool * lay.max_padded * ws;
+    // offload_param = nvme: each gathered buffer carries an aligned tail the prefetch reads the
+    // shard into (engine.cpp gather_extra).
+    std::size_t extra = 0;
+    if (z.offload_param.device == "nvme") {
+      std::size_t max_shard = 0;
+      for (std::size_t u = 0; u < nu; ++u) {
+        if (sharded[u]) max_shard = std::max(max_shard, lay.units[u].shard);
+      }
+      extra = up(max_shard * ws) + kAlign;
+    }
+    out.gathered_param_bytes = pool * (lay.max_padded * ws + extra);
     add(MemCategory::kParams16, out.gathered_param_bytes);
   }
   return out;
