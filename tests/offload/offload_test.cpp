@@ -283,6 +283,29 @@ PlanResult plan_mlp(const Config& cfg, int ranks) {
   return plan_engine_memory(pin);
 }
 
+// Declares and initialises the test MLP on `e` and trains `steps` steps (the second micro-step
+// prefetches in stage 3, so the pools have settled after 2).
+void train_mlp(Engine& e, const Mlp& mlp, Communicator& comm, int steps = 2) {
+  mlp.declare(e);
+  mlp.init(e, 1);
+  for (int step = 0; step < steps; ++step) {
+    mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+    e.step();
+  }
+}
+
+// The tracker against the planner, category by category: memory, and NVMe files.
+void expect_plan_holds(const MemoryTracker& t, const PlanResult& plan, const std::string& what) {
+  for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;  // the trainer's
+    EXPECT_EQ(t.current(cat) - t.current(cat, MemTier::kNvme), plan.bytes[c])
+        << to_string(cat) << " " << what;
+    EXPECT_EQ(t.current(cat, MemTier::kNvme), plan.nvme[c]) << to_string(cat) << " " << what;
+    EXPECT_EQ(t.current(cat, MemTier::kPinned), plan.pinned[c]) << to_string(cat) << " " << what;
+  }
+}
+
 RunSpec nvme_spec(int stage, DType dt, int buffers, long chunk, const std::string& dir) {
   RunSpec s{.stage = stage, .ranks = 3, .dtype = dt, .clip = true, .overlap = stage == 3};
   s.offload_buffers = buffers;
@@ -567,22 +590,11 @@ TEST(NvmeOffload, ThePlanPredictsMemoryAndFilesExactly) {
       const PlanResult plan = plan_mlp(cfg, 2);
       ThreadGroup::run(2, [&](Communicator& comm) {
         Engine e(comm, cfg);
-        mlp.declare(e);
-        mlp.init(e, 1);
-        for (int step = 0; step < 2; ++step) {
-          mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-          e.step();
-        }
+        train_mlp(e, mlp, comm);
         const MemoryTracker& t = e.tracker();
-        for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-          const auto cat = static_cast<MemCategory>(c);
-          if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
-          EXPECT_EQ(t.current(cat) - t.current(cat, MemTier::kNvme), plan.bytes[c])
-              << to_string(cat) << " stage " << stage;
-          EXPECT_EQ(t.current(cat, MemTier::kNvme), plan.nvme[c])
-              << to_string(cat) << " stage " << stage;
-          EXPECT_EQ(t.current(cat, MemTier::kPinned), plan.pinned[c]) << to_string(cat);
-        }
+        expect_plan_holds(
+            t, plan,
+            "stage " + std::to_string(e.stage()) + " " + std::string(to_string(e.param_dtype())));
       });
     }
   }
@@ -616,12 +628,7 @@ TEST(ParamOffload, HostParameterShardsGiveBitwiseTheSameParametersAndThePlanKnow
     const PlanResult plan = plan_mlp(cfg, 2);
     ThreadGroup::run(2, [&](Communicator& comm) {
       Engine e(comm, cfg);
-      mlp.declare(e);
-      mlp.init(e, 1);
-      for (int step = 0; step < 2; ++step) {  // the second micro-step prefetches: pools settle
-        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-        e.step();
-      }
+      train_mlp(e, mlp, comm);
       std::size_t shard = 0;
       for (UnitId u = 0; u < e.num_units(); ++u) shard += e.unit_shard_numel(u);
       const MemoryTracker& t = e.tracker();
@@ -661,19 +668,11 @@ TEST(ParamOffload, NvmeParameterShardsGiveBitwiseTheSameParametersAndTheFileHold
     const PlanResult plan = plan_mlp(cfg, 2);
     ThreadGroup::run(2, [&](Communicator& comm) {
       Engine e(comm, cfg);
-      mlp.declare(e);
-      mlp.init(e, 1);
-      for (int step = 0; step < 2; ++step) {
-        mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-        e.step();
-      }
+      train_mlp(e, mlp, comm);
       const MemoryTracker& t = e.tracker();
-      for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-        const auto cat = static_cast<MemCategory>(c);
-        if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;
-        EXPECT_EQ(t.current(cat) - t.current(cat, MemTier::kNvme), plan.bytes[c]) << to_string(cat);
-        EXPECT_EQ(t.current(cat, MemTier::kNvme), plan.nvme[c]) << to_string(cat);
-      }
+      expect_plan_holds(
+          t, plan,
+          "stage " + std::to_string(e.stage()) + " " + std::string(to_string(e.param_dtype())));
       // Whole units from read_param (a gather), laid out as the engine does (W at 0, b at the
       // next multiple of 32), this rank's shard in the working dtype.
       std::vector<std::vector<char>> expect_slots;
@@ -737,12 +736,7 @@ TEST(HostOffload, StateMasterAndGradientShardsLiveInPinnedMemoryAndThePlanKnows)
                         param_staging = dt == DType::kF32 ? 0 : 2;
       ThreadGroup::run(2, [&](Communicator& comm) {
         Engine e(comm, cfg);
-        mlp.declare(e);
-        mlp.init(e, 1);
-        for (int step = 0; step < 2; ++step) {
-          mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-          e.step();
-        }
+        train_mlp(e, mlp, comm);
         const MemoryTracker& t = e.tracker();
         std::size_t shard = 0, padded = 0;
         for (UnitId u = 0; u < e.num_units(); ++u) {
