@@ -105,12 +105,8 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
-    if (gpt::model_flag(a, value, o.model)) {
+    if (gpt::common_flag(a, value, o)) {
       continue;
-    } else if (a == "--ranks") {
-      o.ranks = gpt::flag_int(a, value());
-    } else if (a == "--steps") {
-      o.steps = gpt::flag_int(a, value());
     } else if (a == "--stages") {
       o.stages.clear();
       for (const auto& s : split(value(), ',')) o.stages.push_back(gpt::flag_int(a, s));
@@ -120,18 +116,12 @@ Options parse(int argc, char** argv) {
       o.offloads = split(value(), ',');
     } else if (a == "--nvme-path") {
       o.nvme_path = value();
-    } else if (a == "--memory-budget") {
-      o.memory_budget = gpt::flag_bytes(a, value());
-    } else if (a == "--batch") {
-      o.batch = gpt::flag_int(a, value());
     } else if (a == "--vocab") {
       o.vocab = gpt::flag_int(a, value());
     } else if (a == "--dtype") {
       o.dtype = value();
     } else if (a == "--reduce-dtype") {
       o.reduce_dtype = value();
-    } else if (a == "--data") {
-      o.data = value();
     } else if (a == "--json") {
       o.json = value();
     } else if (a == "--csv") {
@@ -146,9 +136,6 @@ Options parse(int argc, char** argv) {
       } catch (...) {
         usage_error("--params expects a number such as 7.5e9");
       }
-    } else if (a == "--config" || a == "--set") {
-      o.config_args.push_back(a);
-      o.config_args.push_back(value());
     } else {
       usage_error("unknown argument '" + a + "'");
     }

@@ -1,5 +1,6 @@
-// gpt/gpt_flags.hpp — the command-line flags zero-train and zero-bench share: integers that
-// must parse whole, and the model's shape (--layers --dim --heads --seq).
+// gpt/gpt_flags.hpp — the command-line flags zero-train and zero-bench share: integers and byte
+// counts that must parse whole, the model's shape (--layers --dim --heads --seq) and the run
+// flags both take (common_flag).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -60,6 +61,32 @@ bool model_flag(const std::string& flag, Value&& value, GptConfig& model) {
     model.heads = flag_int(flag, value());
   } else if (flag == "--seq") {
     model.seq = flag_int(flag, value());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The run flags zero-train and zero-bench share, for an options struct with the fields
+// model, ranks, steps, batch, data, memory_budget and config_args: the model's shape,
+// --ranks / --steps / --batch / --data / --memory-budget, and --config / --set (kept in order in
+// config_args for the config builder). False for any other flag.
+template <typename Options, typename Value>
+bool common_flag(const std::string& flag, Value&& value, Options& o) {
+  if (model_flag(flag, value, o.model)) return true;
+  if (flag == "--ranks") {
+    o.ranks = flag_int(flag, value());
+  } else if (flag == "--steps") {
+    o.steps = flag_int(flag, value());
+  } else if (flag == "--batch") {
+    o.batch = flag_int(flag, value());
+  } else if (flag == "--data") {
+    o.data = value();
+  } else if (flag == "--memory-budget") {
+    o.memory_budget = flag_bytes(flag, value());
+  } else if (flag == "--config" || flag == "--set") {
+    o.config_args.push_back(flag);
+    o.config_args.push_back(value());
   } else {
     return false;
   }

@@ -81,14 +81,8 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) bad(a + " needs a value");
       return argv[++i];
     };
-    if (gpt::model_flag(a, value, o.model)) {
+    if (gpt::common_flag(a, value, o)) {
       continue;
-    } else if (a == "--ranks") {
-      o.ranks = gpt::flag_int(a, value());
-    } else if (a == "--batch") {
-      o.batch = gpt::flag_int(a, value());
-    } else if (a == "--steps") {
-      o.steps = gpt::flag_int(a, value());
     } else if (a == "--dtype") {
       o.dtype = value();
     } else if (a == "--grad-accum") {
@@ -106,8 +100,6 @@ Options parse(int argc, char** argv) {
       } else {
         o.checkpoint = "sqrt";
       }
-    } else if (a == "--data") {
-      o.data = value();
     } else if (a == "--eval-every") {
       o.eval_every = gpt::flag_int(a, value());
     } else if (a == "--seed") {
@@ -115,8 +107,6 @@ Options parse(int argc, char** argv) {
     } else if (a == "--offload-optimizer") {
       o.config_args.push_back("--set");
       o.config_args.push_back("zero_optimization.offload_optimizer.device=" + value());
-    } else if (a == "--memory-budget") {
-      o.memory_budget = gpt::flag_bytes(a, value());
     } else if (a == "--offload-param") {
       o.config_args.push_back("--set");
       o.config_args.push_back("zero_optimization.offload_param.device=" + value());
@@ -126,7 +116,7 @@ Options parse(int argc, char** argv) {
         o.config_args.push_back("--set");
         o.config_args.push_back(std::string("zero_optimization.") + key + ".nvme_path=" + dir);
       }
-    } else if (a == "--config" || a == "--set" || a == "--zero-stage") {
+    } else if (a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());
     } else {
