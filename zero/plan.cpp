@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "offload/aio.hpp"
 #include "zero/error.hpp"
 #include "zero/layout.hpp"
 #include "zero/optimizer.hpp"
@@ -61,7 +62,7 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   PlanResult out;
   const auto nu = in.units.size();
   std::vector<bool> sharded(nu, false);
-  std::size_t whole = 0, shard_params = 0;
+  std::size_t whole = 0, shard_params = 0, max_sharded = 0;
   for (std::size_t u = 0; u < nu; ++u) {
     const auto& ul = lay.units[u];
     out.unit_padded.push_back(ul.padded);
@@ -70,6 +71,7 @@ PlanResult plan_engine_memory(const PlanInput& in) {
         stage >= 3 && ul.numel >= static_cast<std::size_t>(z.stage3_param_persistence_threshold);
     if (sharded[u]) {
       shard_params += ul.shard;
+      max_sharded = std::max(max_sharded, ul.shard);
     } else {
       whole += ul.padded;
     }
@@ -80,21 +82,26 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   }
   out.psi_padded = lay.total_padded;
   auto add = [&](MemCategory c, std::size_t b) { out.bytes[static_cast<std::size_t>(c)] += b; };
-  constexpr std::size_t kAlign = 4096;  // offload/aio.hpp kDirectAlignment
-  auto up = [](std::size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  auto pinned = [&](MemCategory c, std::size_t b) {
+    add(c, b);
+    out.pinned[static_cast<std::size_t>(c)] += b;
+  };
+  using offload::align_up;  // O_DIRECT slots and buffers (offload/nvme_swapper.hpp)
+  constexpr std::size_t kAlign = offload::kDirectAlignment;
+  // offload_param = nvme: each gathered buffer carries an aligned tail the prefetch reads the
+  // shard into (engine.cpp gather_extra).
+  const std::size_t gather_extra =
+      z.offload_param.device == "nvme" ? align_up(max_sharded * ws) + kAlign : 0;
   if (z.offload_param.device == "nvme") {
     // The shards in the param swap file (a 4 KiB-aligned slot per sharded unit), one pinned
     // window of the largest shard in memory.
-    std::size_t max_shard = 0;
     for (std::size_t u = 0; u < nu; ++u) {
       if (!sharded[u]) continue;
-      out.nvme[static_cast<std::size_t>(MemCategory::kParams16)] += up(lay.units[u].shard * ws);
-      max_shard = std::max(max_shard, lay.units[u].shard);
+      out.nvme[static_cast<std::size_t>(MemCategory::kParams16)] +=
+          align_up(lay.units[u].shard * ws);
     }
     add(MemCategory::kParams16, whole * ws);
-    add(MemCategory::kOffloadStaging, up(max_shard * ws) + kAlign);
-    out.pinned[static_cast<std::size_t>(MemCategory::kOffloadStaging)] +=
-        up(max_shard * ws) + kAlign;
+    pinned(MemCategory::kOffloadStaging, align_up(max_sharded * ws) + kAlign);
   } else {
     add(MemCategory::kParams16, (whole + shard_params) * ws);
     if (z.offload_param.device == "cpu") {  // the stage-3 shards in pinned host memory
@@ -111,10 +118,6 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   const bool nvme = oo.device == "nvme";
   const std::size_t sd = dtype_size(op.state_dtype());
   const auto ns = static_cast<std::size_t>(op.num_states());
-  auto pinned = [&](MemCategory c, std::size_t b) {
-    add(c, b);
-    out.pinned[static_cast<std::size_t>(c)] += b;
-  };
   if (!nvme) {
     if (offload) {
       pinned(MemCategory::kMasterParams, opt * 4);
@@ -140,9 +143,9 @@ PlanResult plan_engine_memory(const PlanInput& in) {
         const std::size_t range = stage >= 1 ? ul.shard : ul.padded;
         for (std::size_t a = 0; a < range; a += chunk) {
           const std::size_t n = std::min(chunk, range - a);
-          out.nvme[static_cast<std::size_t>(MemCategory::kMasterParams)] += up(n * 4);
-          out.nvme[static_cast<std::size_t>(MemCategory::kOptimizerState)] += ns * up(n * sd);
-          max_slot = std::max(max_slot, up(n * 4) + ns * up(n * sd));
+          out.nvme[static_cast<std::size_t>(MemCategory::kMasterParams)] += align_up(n * 4);
+          out.nvme[static_cast<std::size_t>(MemCategory::kOptimizerState)] += ns * align_up(n * sd);
+          max_slot = std::max(max_slot, align_up(n * 4) + ns * align_up(n * sd));
         }
       }
       // The swapper's staging slots, each with room to align its start.
@@ -218,17 +221,7 @@ PlanResult plan_engine_memory(const PlanInput& in) {
       live = 0;
       in_use = 0;
     }
-    // offload_param = nvme: each gathered buffer carries an aligned tail the prefetch reads the
-    // shard into (engine.cpp gather_extra).
-    std::size_t extra = 0;
-    if (z.offload_param.device == "nvme") {
-      std::size_t max_shard = 0;
-      for (std::size_t u = 0; u < nu; ++u) {
-        if (sharded[u]) max_shard = std::max(max_shard, lay.units[u].shard);
-      }
-      extra = up(max_shard * ws) + kAlign;
-    }
-    out.gathered_param_bytes = pool * (lay.max_padded * ws + extra);
+    out.gathered_param_bytes = pool * (lay.max_padded * ws + gather_extra);
     add(MemCategory::kParams16, out.gathered_param_bytes);
   }
   return out;

@@ -294,8 +294,11 @@ void train_mlp(Engine& e, const Mlp& mlp, Communicator& comm, int steps = 2) {
   }
 }
 
-// The tracker against the planner, category by category: memory, and NVMe files.
-void expect_plan_holds(const MemoryTracker& t, const PlanResult& plan, const std::string& what) {
+// The engine's tracker against the planner, category by category: memory, pinned, NVMe files.
+void expect_plan_holds(Engine& e, const PlanResult& plan) {
+  const MemoryTracker& t = e.tracker();
+  const std::string what =
+      "stage " + std::to_string(e.stage()) + " " + std::string(to_string(e.param_dtype()));
   for (std::size_t c = 0; c < kNumMemCategories; ++c) {
     const auto cat = static_cast<MemCategory>(c);
     if (cat == MemCategory::kActivations || cat == MemCategory::kOther) continue;  // the trainer's
@@ -591,10 +594,7 @@ TEST(NvmeOffload, ThePlanPredictsMemoryAndFilesExactly) {
       ThreadGroup::run(2, [&](Communicator& comm) {
         Engine e(comm, cfg);
         train_mlp(e, mlp, comm);
-        const MemoryTracker& t = e.tracker();
-        expect_plan_holds(
-            t, plan,
-            "stage " + std::to_string(e.stage()) + " " + std::string(to_string(e.param_dtype())));
+        expect_plan_holds(e, plan);
       });
     }
   }
@@ -669,10 +669,8 @@ TEST(ParamOffload, NvmeParameterShardsGiveBitwiseTheSameParametersAndTheFileHold
     ThreadGroup::run(2, [&](Communicator& comm) {
       Engine e(comm, cfg);
       train_mlp(e, mlp, comm);
+      expect_plan_holds(e, plan);
       const MemoryTracker& t = e.tracker();
-      expect_plan_holds(
-          t, plan,
-          "stage " + std::to_string(e.stage()) + " " + std::string(to_string(e.param_dtype())));
       // Whole units from read_param (a gather), laid out as the engine does (W at 0, b at the
       // next multiple of 32), this rank's shard in the working dtype.
       std::vector<std::vector<char>> expect_slots;
