@@ -106,6 +106,28 @@ Buffer Buffer::device(MemoryTracker& tracker, MemCategory c, std::size_t bytes, 
   return b;
 }
 
+Buffer Buffer::external(MemoryTracker& tracker, MemCategory c, MemTier tier, Device location,
+                        std::size_t bytes, const std::function<void*(std::size_t)>& allocate,
+                        std::function<void(void*)> release) {
+  ZERO_CHECK(allocate != nullptr && release != nullptr, kInvalidArgument,
+             "Buffer::external needs an allocate and a release function");
+  Buffer b;
+  if (bytes == 0) return b;
+  tracker.check_budget(c, tier, bytes);
+  b.data_ = allocate(bytes);
+  ZERO_CHECK(b.data_ != nullptr, kOutOfMemory, "allocation of ", bytes, " bytes for ", to_string(c),
+             " (", to_string(tier), ") returned null");
+  b.size_ = bytes;
+  b.tracker_ = &tracker;
+  b.category_ = c;
+  b.tier_ = tier;
+  b.kind_ = Kind::kExternal;
+  b.device_ = location;
+  b.release_ = std::move(release);
+  tracker.charge(c, tier, bytes);
+  return b;
+}
+
 Buffer::Buffer(Buffer&& o) noexcept
     : data_(o.data_),
       size_(o.size_),
@@ -113,7 +135,8 @@ Buffer::Buffer(Buffer&& o) noexcept
       category_(o.category_),
       tier_(o.tier_),
       kind_(o.kind_),
-      device_(o.device_) {
+      device_(o.device_),
+      release_(std::move(o.release_)) {
   o.data_ = nullptr;
   o.size_ = 0;
   o.tracker_ = nullptr;
@@ -130,6 +153,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     tier_ = o.tier_;
     kind_ = o.kind_;
     device_ = o.device_;
+    release_ = std::move(o.release_);
     o.data_ = nullptr;
     o.size_ = 0;
     o.tracker_ = nullptr;
@@ -146,6 +170,11 @@ void Buffer::reset() noexcept {
     case Kind::kHost: std::free(data_); break;
     case Kind::kCudaHost: detail::cuda::host_free(data_); break;
     case Kind::kCudaDevice: detail::cuda::device_free(data_, device_.index); break;
+    case Kind::kExternal: try { release_(data_);
+      } catch (...) {
+        // A release function must not throw; never throw from a destructor.
+      }
+      break;
     case Kind::kNone: break;
   }
   if (tracker_ != nullptr) {
@@ -159,6 +188,7 @@ void Buffer::reset() noexcept {
   size_ = 0;
   tracker_ = nullptr;
   kind_ = Kind::kNone;
+  release_ = nullptr;
 }
 
 ProcessMemory process_memory() {

@@ -47,13 +47,14 @@ char* at(void* base, std::size_t elems, DType t) {
 }
 
 // Signalling-NaN-free poison: a quiet NaN pattern in every 16-bit or 32-bit element.
-void poison(void* p, std::size_t bytes) { std::memset(p, 0xff, bytes); }
+constexpr unsigned char kPoisonByte = 0xff;
 
-// A pool of equal-sized buffers of one category (in-flight gradients, reduce staging, gathered
-// parameters): allocated on demand, reused, never freed before the engine.
+// A pool of equal-sized device buffers of one category (in-flight gradients, reduce staging,
+// gathered parameters): allocated on demand, reused, never freed before the engine.
 class BufferPool {
  public:
-  BufferPool(MemoryTracker& t, MemCategory c, std::size_t bytes) : t_(t), c_(c), bytes_(bytes) {}
+  BufferPool(DeviceOps& d, MemoryTracker& t, MemCategory c, std::size_t bytes)
+      : d_(d), t_(t), c_(c), bytes_(bytes) {}
   Buffer take() {
     if (!free_.empty()) {
       Buffer b = std::move(free_.back());
@@ -61,7 +62,7 @@ class BufferPool {
       return b;
     }
     ++allocated_;
-    return Buffer::host(t_, c_, bytes_);
+    return d_.alloc(t_, c_, bytes_);
   }
   void give(Buffer b) {
     if (!b.empty()) free_.push_back(std::move(b));
@@ -69,6 +70,7 @@ class BufferPool {
   std::size_t allocated() const { return allocated_; }
 
  private:
+  DeviceOps& d_;
   MemoryTracker& t_;
   MemCategory c_;
   std::size_t bytes_;
@@ -143,6 +145,9 @@ struct Engine::Impl {
   DType r = DType::kF32;  // reduce / gradient accumulation dtype
   std::unique_ptr<MemoryTracker> own_tracker;
   MemoryTracker* tracker = nullptr;
+  // The device (parameters, gradients, the optimizer without offload) and the host optimizer
+  // (the offloaded state, the gradient partition on the host).
+  std::shared_ptr<DeviceOps> dev;
   CpuOptimizer optimizer;
   OptimizerParams oparams;
   LossScaler scaler;
@@ -191,6 +196,7 @@ struct Engine::Impl {
   OffloadTier offload_tier = OffloadTier::kNone;
   std::size_t offload_chunk = 0, offload_buffers = 0;
   std::vector<Buffer> staging_grad, staging_param;
+  std::vector<std::uint64_t> param_fence;  // per staging buffer: its last copy out (0: none)
   struct Chunk {
     UnitId unit;
     std::size_t at, count;  // elements, relative to the unit's stepped range
@@ -206,8 +212,10 @@ struct Engine::Impl {
   // backward (on CUDA: the device->host copy). Stage 1 reduces whole gradients on the device
   // at the boundary; its shard is staged chunk by chunk at the step.
   bool grads_on_host() const { return offloaded() && policy.shard_gradients; }
-  Buffer state[2];  // optimizer state
-  Buffer acc;       // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
+  Buffer state[2];       // optimizer state
+  Buffer acc;            // R: gradient accumulation (whole in stages 0-1, shards in 2-3)
+  Buffer grad_landing;   // discrete device, gradients on the host: a reduced shard lands here
+  Buffer stats_scratch;  // discrete device: the all-gather of (norm², overflow) per rank
   std::unique_ptr<BufferPool> grad_pool, stage_pool, gather_pool;
 
   std::deque<Pending> pending;
@@ -264,6 +272,16 @@ struct Engine::Impl {
 #endif
     }
     max_pending = cfg.zero_optimization.overlap_comm ? 1 : 0;
+    dev = opts.device_ops != nullptr
+              ? opts.device_ops
+              : make_device_ops(opts.device,
+                                {CpuExecOptions{o.isa, o.optimizer_threads, 0}, opts.cuda_stream});
+    const bool nccl = comm.backend() == "nccl";
+    ZERO_CHECK(nccl == dev->device().is_cuda(), kConfig, "the engine runs on ",
+               dev->device().to_string(), " but the communicator is '", comm.backend(), "' (",
+               dev->device().is_cuda() ? "a CUDA device needs comm_backend 'nccl'"
+                                       : "NCCL needs EngineOptions::device = Device::cuda(k)",
+               ")");
   }
 
   bool kept_whole(UnitId u) const { return !policy.shard_params || units[u].persistent; }
@@ -308,10 +326,10 @@ struct Engine::Impl {
                  "): allocate zero::attach_capacity(", specs[0].params[0].numel(), ", ", n,
                  ") elements");
       // The padding must be zero (it is stepped and gathered like the rest).
-      std::memset(ext_params + specs[0].params[0].numel() * ws, 0,
-                  (need - specs[0].params[0].numel()) * ws);
+      dev->fill(ext_params + specs[0].params[0].numel() * ws, 0,
+                (need - specs[0].params[0].numel()) * ws);
     } else {
-      params_whole = Buffer::host(*tracker, MemCategory::kParams16, whole * ws, {.zero = true});
+      params_whole = dev->alloc(*tracker, MemCategory::kParams16, whole * ws, {.zero = true});
     }
     // offload_param = cpu (stage 3): the shards live in pinned host memory and every gather
     // all-gathers from there into a device buffer (on a CPU-only build: the host tier).
@@ -343,16 +361,20 @@ struct Engine::Impl {
       // The file starts as the shards do: zeros.
       for (std::size_t c = 0; c < sizes.size(); ++c) param_swapper->write_slot(c, param_window);
       sharded = 0;  // nothing of them in memory
-      gather_extra = offload::align_up(max_shard * ws) + offload::kDirectAlignment;
+      // The prefetch reads straight into the gathered buffer where the host can address it; a
+      // discrete device reads into the window and copies (synchronously, no read ahead).
+      if (dev->host_accessible()) {
+        gather_extra = offload::align_up(max_shard * ws) + offload::kDirectAlignment;
+      }
     }
     params_shard =
         offload_params
             ? Buffer::pinned(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true})
-            : Buffer::host(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
+            : dev->alloc(*tracker, MemCategory::kParams16, sharded * ws, {.zero = true});
     const std::size_t opt_elems = policy.shard_optimizer ? layout.total_shard : layout.total_padded;
     auto opt_alloc = [&](MemCategory c, std::size_t bytes, AllocOptions o) {
       return offloaded() ? Buffer::pinned(*tracker, c, bytes, o)
-                         : Buffer::host(*tracker, c, bytes, o);
+                         : dev->alloc(*tracker, c, bytes, o);
     };
     const DType sd = oparams.state_dtype();
     if (offload_tier != OffloadTier::kNvme) {
@@ -413,21 +435,36 @@ struct Engine::Impl {
       // Zero the state in the partitioning the step uses (first touch lands here).
       for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
         ShardRef ref = shard_ref(u);
-        optimizer.init_state(oparams, ref);
+        if (offloaded()) {
+          optimizer.init_state(oparams, ref);
+        } else {
+          dev->init_state(oparams, ref);
+        }
       }
     }
     const std::size_t acc_elems = policy.shard_gradients ? layout.total_shard : layout.total_padded;
     if (grads_on_host()) {
       acc = Buffer::pinned(*tracker, MemCategory::kGradients, acc_elems * rs, {.zero = true});
     } else if (!attached || w != r) {
-      acc = Buffer::host(*tracker, MemCategory::kGradients, acc_elems * rs, {.zero = true});
+      acc = dev->alloc(*tracker, MemCategory::kGradients, acc_elems * rs, {.zero = true});
     }
-    grad_pool =
-        std::make_unique<BufferPool>(*tracker, MemCategory::kGradients, layout.max_padded * ws);
-    stage_pool =
-        std::make_unique<BufferPool>(*tracker, MemCategory::kCommBuffers, layout.max_padded * rs);
-    gather_pool = std::make_unique<BufferPool>(*tracker, MemCategory::kParams16,
+    grad_pool = std::make_unique<BufferPool>(*dev, *tracker, MemCategory::kGradients,
+                                             layout.max_padded * ws);
+    stage_pool = std::make_unique<BufferPool>(*dev, *tracker, MemCategory::kCommBuffers,
+                                              layout.max_padded * rs);
+    gather_pool = std::make_unique<BufferPool>(*dev, *tracker, MemCategory::kParams16,
                                                layout.max_padded * ws + gather_extra);
+    if (!dev->host_accessible()) {
+      // A discrete device: the host cannot read its memory, so what the host needs from it
+      // lands in pinned memory first (the reduced gradient shards when the partition is on the
+      // host), and the all-gather of the norm and overflow flags runs on a device buffer.
+      if (grads_on_host()) {
+        grad_landing = Buffer::pinned(*tracker, MemCategory::kOffloadStaging,
+                                      layout.max_padded / static_cast<std::size_t>(n) * rs);
+      }
+      stats_scratch = dev->alloc(*tracker, MemCategory::kCommBuffers,
+                                 static_cast<std::size_t>(4 * (n + 1)) * sizeof(float));
+    }
     laid_out = true;
   }
 
@@ -486,14 +523,20 @@ struct Engine::Impl {
   // to the parameters. On a CUDA build the two copies are the device<->host transfers; on a CPU
   // build both sides are host memory, so the pipeline's logic runs and is tested, and the host
   // tier saves nothing.
+  //
+  // On a discrete device the transfers run on the copy lane: chunk c's gradients are copied in
+  // before it is stepped, and its parameters copied out while later chunks are stepped; a staging
+  // buffer is reused only after its last copy out has landed (param_fence).
   void offloaded_chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,
                             char* const* state_part, std::int64_t step, float grad_scale) {
     const Chunk& ch = chunks[c];
     const std::size_t rs = dtype_size(r), ws = dtype_size(w);
+    const std::size_t b = c % offload_buffers;
     const char* grad = acc_ptr(ch.unit) + ch.at * rs;
     if (!grads_on_host()) {
-      Buffer& g = staging_grad[c % offload_buffers];
-      std::memcpy(g.data(), grad, ch.count * rs);
+      Buffer& g = staging_grad[b];
+      dev->copy(g.data(), grad, ch.count * rs, DeviceOps::Lane::kCopy);
+      dev->wait(dev->record(DeviceOps::Lane::kCopy));
       grad = static_cast<const char*>(g.data());
     }
     ShardRef part;
@@ -504,20 +547,37 @@ struct Engine::Impl {
     for (int k = 0; k < oparams.num_states(); ++k) part.state[k] = state_part[k];
     char* params = param_step_ptr(ch.unit) + ch.at * ws;
     if (w != DType::kF32) {
-      part.param_copy = staging_param[c % offload_buffers].data();
+      if (param_fence[b] != 0) dev->wait(std::exchange(param_fence[b], 0));
+      part.param_copy = staging_param[b].data();
       part.param_copy_dtype = w;
     }
     optimizer.step(p, part, step, grad_scale);
-    if (w != DType::kF32) {
-      std::memcpy(params, part.param_copy, ch.count * ws);
+    // fp32: the parameters are the master's copy.
+    const void* updated = w != DType::kF32 ? part.param_copy : part.master;
+    if (shard_on_nvme(ch.unit)) {
+      std::memcpy(params, updated, ch.count * ws);  // the window is host memory
     } else {
-      std::memcpy(params, part.master, ch.count * 4);  // fp32: the parameters are the master's copy
+      dev->copy(params, updated, ch.count * ws, DeviceOps::Lane::kCopy);
+      if (w != DType::kF32) {
+        param_fence[b] = dev->record(DeviceOps::Lane::kCopy);
+      } else if (offload_tier == OffloadTier::kNvme) {
+        dev->wait(dev->record(DeviceOps::Lane::kCopy));  // the swapper reuses the master's buffer
+      }
     }
     // The window now holds the unit's whole updated shard: back to its file slot.
     if (shard_on_nvme(ch.unit) && ch.at + ch.count == step_count(ch.unit)) store_shard(ch.unit);
   }
 
   void offloaded_step(const OptimizerParams& p, std::int64_t step, float grad_scale) {
+    // The copy lane starts after the gradients are complete; the host's next writes to the
+    // master and the trainer's next forward come after the last parameter copy.
+    dev->join(DeviceOps::Lane::kCopy, DeviceOps::Lane::kCompute);
+    param_fence.assign(offload_buffers, 0);
+    offloaded_chunks(p, step, grad_scale);
+    dev->wait(dev->record(DeviceOps::Lane::kCopy));
+    dev->join(DeviceOps::Lane::kCompute, DeviceOps::Lane::kCopy);
+  }
+  void offloaded_chunks(const OptimizerParams& p, std::int64_t step, float grad_scale) {
     if (offload_tier == OffloadTier::kNvme) {
       write_nvme_state();
       swapper->run(0, chunks.size(), /*read=*/true, /*write=*/true,
@@ -545,8 +605,9 @@ struct Engine::Impl {
                  [&](const offload::ChunkSwapper::Staged& s) {
                    const Chunk& ch = chunks[s.chunk];
                    if (ch.at == 0 && shard_on_nvme(ch.unit)) load_shard(ch.unit);
-                   convert(param_step_ptr(ch.unit) + ch.at * dtype_size(w), w, s.part[0],
-                           DType::kF32, ch.count);
+                   to_host_f32(param_step_ptr(ch.unit) + ch.at * dtype_size(w),
+                               !shard_on_nvme(ch.unit), reinterpret_cast<float*>(s.part[0]),
+                               ch.count);
                    ShardRef z;
                    z.count = ch.count;
                    for (int k = 0; k < oparams.num_states(); ++k) z.state[k] = s.part[1 + k];
@@ -562,6 +623,31 @@ struct Engine::Impl {
     write_nvme_state();
     swapper->run(unit_chunk[u], unit_chunk[u + 1], /*read=*/true, write,
                  [&](const offload::ChunkSwapper::Staged& s) { fn(chunks[s.chunk], s); });
+  }
+
+  // out[0, n) = f32 of n working-dtype values at src, which is device memory (on_device) or host
+  // memory. A discrete device copies them to the host first.
+  void to_host_f32(const void* src, bool on_device, float* out, std::size_t n) {
+    if (!on_device || dev->host_accessible()) {
+      convert(src, w, out, DType::kF32, n);
+      return;
+    }
+    Buffer tmp = Buffer::pinned(*tracker, MemCategory::kOffloadStaging, n * dtype_size(w));
+    dev->copy(tmp.data(), src, n * dtype_size(w));
+    dev->synchronize();
+    convert(tmp.data(), w, out, DType::kF32, n);
+  }
+
+  // dst[0, n) (device memory) = n f32 host values converted to the working dtype.
+  void from_host_f32(const float* src, void* dst, std::size_t n) {
+    if (dev->host_accessible()) {
+      convert(src, DType::kF32, dst, w, n);
+      return;
+    }
+    Buffer tmp = Buffer::pinned(*tracker, MemCategory::kOffloadStaging, n * dtype_size(w));
+    convert(src, DType::kF32, tmp.data(), w, n);
+    dev->copy(dst, tmp.data(), n * dtype_size(w));
+    dev->synchronize();
   }
 
   // offload_param = nvme: unit u's shard between its file slot and the window.
@@ -580,8 +666,16 @@ struct Engine::Impl {
     pending.pop_front();
     p.handle.wait();
     const std::size_t s = lay(p.unit).shard;
-    detail::accumulate(acc_ptr(p.unit), r, at(p.buffer.data(), own_begin(p.unit), r), r, s,
-                       micro == 0);
+    const char* reduced = at(p.buffer.data(), own_begin(p.unit), r);
+    if (!grads_on_host()) {
+      dev->accumulate(acc_ptr(p.unit), r, reduced, r, s, micro == 0);
+    } else if (dev->host_accessible()) {
+      detail::accumulate(acc_ptr(p.unit), r, reduced, r, s, micro == 0);
+    } else {  // device -> host, then accumulated on the host
+      dev->copy(grad_landing.data(), reduced, s * dtype_size(r));
+      dev->synchronize();
+      detail::accumulate(acc_ptr(p.unit), r, grad_landing.data(), r, s, micro == 0);
+    }
     (p.from_grad_pool ? grad_pool : stage_pool)->give(std::move(p.buffer));
   }
   void finish_all_pending() {
@@ -595,7 +689,7 @@ struct Engine::Impl {
     us.gathered = gather_pool->take();
     live_gathered += lay(u).padded;
     const void* send;
-    if (shard_on_nvme(u) && async) {  // read now, all-gather at the next gather()
+    if (shard_on_nvme(u) && async && dev->host_accessible()) {  // read now, gather later
       us.shard_read =
           param_swapper->submit_read_slot(param_slot[static_cast<std::size_t>(u)], read_target(u));
       deferred.push_back(u);
@@ -604,7 +698,14 @@ struct Engine::Impl {
     if (shard_on_nvme(u)) {  // this rank's shard into its place; the all-gather runs in place
       load_shard(u);
       char* own = at(us.gathered.data(), own_begin(u), w);
-      std::memcpy(own, param_window, lay(u).shard * dtype_size(w));
+      dev->copy(own, param_window, lay(u).shard * dtype_size(w));
+      dev->synchronize();  // the window is reused by the next load
+      send = own;
+    } else if (offload_params && !dev->host_accessible()) {
+      // A pinned host shard: copied into its place, all-gathered in place on the device.
+      char* own = at(us.gathered.data(), own_begin(u), w);
+      dev->copy(own, at(params_shard.data(), us.shard_param_offset, w),
+                lay(u).shard * dtype_size(w));
       send = own;
     } else {
       send = at(params_shard.data(), us.shard_param_offset, w);
@@ -659,7 +760,7 @@ struct Engine::Impl {
       UnitState& us = units[static_cast<std::size_t>(u)];
       param_swapper->wait(std::exchange(us.shard_read, 0));
       char* own = at(us.gathered.data(), own_begin(u), w);
-      std::memcpy(own, read_target(u), lay(u).shard * dtype_size(w));
+      dev->copy(own, read_target(u), lay(u).shard * dtype_size(w));
       us.prefetch = comm.all_gather_async(own, us.gathered.data(), lay(u).shard, w);
     }
   }
@@ -672,7 +773,9 @@ struct Engine::Impl {
     }
     if (us.prefetch.valid()) us.prefetch.wait();
     if (us.gathered.empty()) return;
-    if (*opts.poison_released) poison(us.gathered.data(), lay(u).padded * dtype_size(w));
+    if (*opts.poison_released) {
+      dev->fill(us.gathered.data(), kPoisonByte, lay(u).padded * dtype_size(w));
+    }
     live_gathered -= lay(u).padded;
     gather_pool->give(std::move(us.gathered));
   }
@@ -708,9 +811,8 @@ struct Engine::Impl {
         double s = 0.0;
         for (std::size_t u = 0; u < nu; ++u) {
           const auto& ul = layout.units[u];
-          const GradStats g = optimizer.grad_stats(
-              at(acc_base(), ul.full_offset + static_cast<std::size_t>(q) * ul.shard, r), r,
-              ul.shard);
+          const GradStats g = grad_stats(
+              at(acc_base(), ul.full_offset + static_cast<std::size_t>(q) * ul.shard, r), ul.shard);
           s += g.sum_squares;
           total.non_finite = total.non_finite || g.non_finite;
         }
@@ -721,8 +823,7 @@ struct Engine::Impl {
     double local = 0.0;
     bool bad = false;
     for (std::size_t u = 0; u < nu; ++u) {
-      const GradStats g =
-          optimizer.grad_stats(acc_ptr(static_cast<UnitId>(u)), r, layout.units[u].shard);
+      const GradStats g = grad_stats(acc_ptr(static_cast<UnitId>(u)), layout.units[u].shard);
       local += g.sum_squares;
       bad = bad || g.non_finite;
     }
@@ -731,7 +832,15 @@ struct Engine::Impl {
     float mine[4] = {0, 0, bad ? 1.0f : 0.0f, 0};
     std::memcpy(mine, &local, sizeof local);
     std::vector<float> all(static_cast<std::size_t>(4 * n));
-    comm.all_gather(mine, all.data(), 4, DType::kF32);
+    if (dev->host_accessible()) {
+      comm.all_gather(mine, all.data(), 4, DType::kF32);
+    } else {  // the communicator runs on device memory
+      float* scratch = stats_scratch.as<float>();
+      dev->copy(scratch, mine, sizeof mine);
+      comm.all_gather(scratch, scratch + 4, 4, DType::kF32);
+      dev->copy(all.data(), scratch + 4, all.size() * sizeof(float));
+      dev->synchronize();
+    }
     Stats total;
     for (int q = 0; q < n; ++q) {
       double s = 0.0;
@@ -742,14 +851,17 @@ struct Engine::Impl {
     return total;
   }
 
+  // Where the reduced gradients live decides who reads them: the host optimizer (the partition
+  // on the host with offload) or the device.
+  GradStats grad_stats(const void* grad, std::size_t count) {
+    return grads_on_host() ? optimizer.grad_stats(grad, r, count) : dev->grad_stats(grad, r, count);
+  }
+
   void reduce_at_boundary() {
-    if (attached && w != r) {
-      std::memset(ext_grads + specs[0].params[0].numel() * dtype_size(w), 0,
-                  (layout.total_padded - specs[0].params[0].numel()) * dtype_size(w));
-      convert(ext_grads, w, acc_base(), r, layout.total_padded);
-    } else if (attached) {
-      std::memset(ext_grads + specs[0].params[0].numel() * dtype_size(w), 0,
-                  (layout.total_padded - specs[0].params[0].numel()) * dtype_size(w));
+    if (attached) {
+      dev->fill(ext_grads + specs[0].params[0].numel() * dtype_size(w), 0,
+                (layout.total_padded - specs[0].params[0].numel()) * dtype_size(w));
+      if (w != r) dev->convert(ext_grads, w, acc_base(), r, layout.total_padded);
     }
     if (policy.shard_gradients) return;  // reduced every micro-step
     if (!policy.shard_optimizer) {
@@ -857,9 +969,10 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
   ZERO_CHECK(values != nullptr || count == 0, kInvalidArgument, "set_param: null values");
   // Working copy.
   if (m.kept_whole(u)) {
-    convert(values, DType::kF32,
-            at(m.whole_base(), m.units[static_cast<std::size_t>(u)].whole_offset + pl.offset, m.w),
-            m.w, pl.numel);
+    m.from_host_f32(
+        values,
+        at(m.whole_base(), m.units[static_cast<std::size_t>(u)].whole_offset + pl.offset, m.w),
+        pl.numel);
   }
   // The stepped range (whole unit in stage 0, the shard otherwise): working shard (stage 3) and
   // the master, which starts as the working copy's value (as DeepSpeed makes it from the
@@ -869,9 +982,16 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
   if (lo >= hi) return;
   const float* src = values + (lo - pl.offset);
   char* wdst = m.param_step_ptr(u) + (lo - m.step_begin(u)) * dtype_size(m.w);
-  if (m.shard_on_nvme(u)) m.load_shard(u);  // patched in the window, written back
-  if (!m.kept_whole(u)) convert(src, DType::kF32, wdst, m.w, hi - lo);
-  if (m.shard_on_nvme(u)) m.store_shard(u);
+  const bool on_device = !m.shard_on_nvme(u);  // else in the window (host memory)
+  if (!on_device) m.load_shard(u);             // patched in the window, written back
+  if (!m.kept_whole(u)) {
+    if (on_device) {
+      m.from_host_f32(src, wdst, hi - lo);
+    } else {
+      convert(src, DType::kF32, wdst, m.w, hi - lo);
+    }
+  }
+  if (!on_device) m.store_shard(u);
   if (m.offload_tier == Impl::OffloadTier::kNvme) {
     // Before the file is first written it is made from the working copy; after, the chunks
     // that hold [lo, hi) are read, patched and written back.
@@ -880,11 +1000,13 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
     m.nvme_unit_pass(u, /*write=*/true, [&](const Impl::Chunk& ch, const auto& s) {
       const std::size_t clo = std::max(lo - b, ch.at), chi = std::min(hi - b, ch.at + ch.count);
       if (clo >= chi) return;
-      convert(m.param_step_ptr(u) + clo * dtype_size(m.w), m.w,
-              reinterpret_cast<float*>(s.part[0]) + (clo - ch.at), DType::kF32, chi - clo);
+      m.to_host_f32(m.param_step_ptr(u) + clo * dtype_size(m.w), on_device,
+                    reinterpret_cast<float*>(s.part[0]) + (clo - ch.at), chi - clo);
     });
+  } else if (m.offloaded()) {  // the master in pinned host memory
+    m.to_host_f32(wdst, on_device, m.master_ptr(u) + (lo - m.step_begin(u)), hi - lo);
   } else if (m.separate_master()) {
-    convert(wdst, m.w, m.master_ptr(u) + (lo - m.step_begin(u)), DType::kF32, hi - lo);
+    m.dev->convert(wdst, m.w, m.master_ptr(u) + (lo - m.step_begin(u)), DType::kF32, hi - lo);
   }
 }
 
@@ -900,7 +1022,7 @@ void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
   m.acquire(u);
   GatherGuard g(this, u);
   const View v = g.param(param);
-  convert(v.data, m.w, out, DType::kF32, count);
+  m.to_host_f32(v.data, /*on_device=*/true, out, count);
 }
 
 GatherGuard Engine::gather(UnitId u) {
@@ -938,7 +1060,7 @@ View Engine::param_view(UnitId u, int i) const {
                "from gather() while using them");
     base = us.gathered.data();
   }
-  return View{at(base, pl.offset, m.w), pl.numel, m.w, Device::cpu()};
+  return View{at(base, pl.offset, m.w), pl.numel, m.w, m.dev->device()};
 }
 
 View Engine::grad(UnitId u, int param) {
@@ -954,10 +1076,10 @@ View Engine::grad(UnitId u, int param) {
   if (us.grad.empty()) {
     // Bound the memory of gradients in flight: finish the oldest reduction first.
     us.grad = m.grad_pool->take();
-    std::memset(us.grad.data(), 0, ul.padded * dtype_size(m.w));
+    m.dev->fill(us.grad.data(), 0, ul.padded * dtype_size(m.w));
   }
   const auto& pl = ul.params[static_cast<std::size_t>(param)];
-  return View{at(us.grad.data(), pl.offset, m.w), pl.numel, m.w, Device::cpu()};
+  return View{at(us.grad.data(), pl.offset, m.w), pl.numel, m.w, m.dev->device()};
 }
 
 void Engine::grads_ready(UnitId u) {
@@ -973,8 +1095,8 @@ void Engine::grads_ready(UnitId u) {
   us.ready = true;
   const auto& ul = m.lay(u);
   if (!m.policy.shard_gradients) {
-    detail::accumulate(at(m.acc_base(), ul.full_offset, m.r), m.r, us.grad.data(), m.w, ul.padded,
-                       m.micro == 0);
+    m.dev->accumulate(at(m.acc_base(), ul.full_offset, m.r), m.r, us.grad.data(), m.w, ul.padded,
+                      m.micro == 0);
     m.grad_pool->give(std::move(us.grad));
     return;
   }
@@ -985,7 +1107,7 @@ void Engine::grads_ready(UnitId u) {
     p.from_grad_pool = true;
   } else {
     p.buffer = m.stage_pool->take();
-    convert(us.grad.data(), m.w, p.buffer.data(), m.r, ul.padded);
+    m.dev->convert(us.grad.data(), m.w, p.buffer.data(), m.r, ul.padded);
     m.grad_pool->give(std::move(us.grad));
     p.from_grad_pool = false;
   }
@@ -1061,9 +1183,9 @@ StepResult Engine::step() {
   if (m.offloaded()) {
     m.offloaded_step(p, m.steps + 1, grad_scale);
   } else {
-    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-      m.optimizer.step(p, m.shard_ref(u), m.steps + 1, grad_scale);
-    }
+    std::vector<ShardRef> refs;
+    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) refs.push_back(m.shard_ref(u));
+    m.dev->optimizer_step(p, refs.data(), refs.size(), m.steps + 1, grad_scale);
   }
   m.gather_updated_params();
   ++m.steps;
@@ -1116,8 +1238,10 @@ std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config,
   m.lay_out();
   // Data-parallel start: every rank takes rank 0's parameters (as DDP and DeepSpeed do).
   comm.broadcast(m.ext_params, m.ext_params, m.layout.total_padded, m.w, 0);
-  if (m.separate_master() && m.offload_tier != Impl::OffloadTier::kNvme) {
-    convert(m.param_step_ptr(0), m.w, m.master_ptr(0), DType::kF32, m.step_count(0));
+  if (m.offload_tier == Impl::OffloadTier::kHost) {
+    m.to_host_f32(m.param_step_ptr(0), /*on_device=*/true, m.master_ptr(0), m.step_count(0));
+  } else if (m.separate_master() && m.offload_tier != Impl::OffloadTier::kNvme) {
+    m.dev->convert(m.param_step_ptr(0), m.w, m.master_ptr(0), DType::kF32, m.step_count(0));
   }
   return e;
 }
@@ -1162,7 +1286,8 @@ void Engine::copy_master_shard(UnitId u, float* out) {
   m.check_unit(u, "copy_master_shard");
   m.lay_out();
   if (m.offload_tier != Impl::OffloadTier::kNvme) {
-    std::memcpy(out, m.master_ptr(u), m.step_count(u) * 4);
+    m.dev->copy(out, m.master_ptr(u), m.step_count(u) * 4);
+    m.dev->synchronize();
     return;
   }
   m.nvme_unit_pass(u, /*write=*/false, [&](const Impl::Chunk& ch, const auto& s) {
@@ -1179,8 +1304,9 @@ void Engine::copy_state_shard(UnitId u, int k, void* out) {
   m.lay_out();
   const std::size_t sd = dtype_size(m.oparams.state_dtype());
   if (m.offload_tier != Impl::OffloadTier::kNvme) {
-    std::memcpy(out, at(m.state[k].data(), m.opt_offset(u), m.oparams.state_dtype()),
+    m.dev->copy(out, at(m.state[k].data(), m.opt_offset(u), m.oparams.state_dtype()),
                 m.step_count(u) * sd);
+    m.dev->synchronize();
     return;
   }
   m.nvme_unit_pass(u, /*write=*/false, [&](const Impl::Chunk& ch, const auto& s) {

@@ -114,6 +114,15 @@ ZERO_HD inline float load_as_f32(const void* p, DType t) {
   return 0.0f;
 }
 
+// Stores f32 x as dtype `t` at p (round to nearest even; scalar).
+ZERO_HD inline void store_from_f32(void* p, DType t, float x) {
+  switch (t) {
+    case DType::kF32: *static_cast<float*>(p) = x; return;
+    case DType::kF16: *static_cast<std::uint16_t*>(p) = f32_to_f16(x); return;
+    case DType::kBF16: *static_cast<std::uint16_t*>(p) = f32_to_bf16(x); return;
+  }
+}
+
 // ---- bulk converters (CPU). dst and src must not overlap unless dst == src and the types
 // have the same size. Any alignment is accepted. Dispatch: zero/cpu_features.hpp.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, std::size_t n);

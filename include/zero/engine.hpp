@@ -46,6 +46,7 @@
 #include "zero/config.hpp"
 #include "zero/cpu_features.hpp"
 #include "zero/device.hpp"
+#include "zero/device_ops.hpp"
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
 
@@ -76,6 +77,15 @@ struct EngineOptions {
   // Poison released stage-3 parameter buffers with NaN so that a view used after its guard is
   // gone shows up at once. Default: on in builds without NDEBUG.
   std::optional<bool> poison_released;
+  // Where parameters, gradients and (without offload) the optimizer state live. Device::cuda(k)
+  // needs a CUDA build and the NCCL communicator; views are then device pointers, and the
+  // engine's work is enqueued on `cuda_stream` (the trainer's compute stream; null: the legacy
+  // default stream), which must be the stream the communicator was created with
+  // (CommOptions::cuda_stream). Offload transfers run on a copy stream of the engine's own.
+  Device device = Device::cpu();
+  void* cuda_stream = nullptr;
+  // A device backend of the caller's (overrides `device`): any DeviceOps implementation.
+  std::shared_ptr<DeviceOps> device_ops;
 };
 
 struct StepResult {
@@ -121,7 +131,8 @@ class GatherGuard {
   GatherGuard& operator=(const GatherGuard&) = delete;
   ~GatherGuard();
 
-  // View of parameter i (working dtype, CPU). Throws if the guard is empty or i out of range.
+  // View of parameter i (working dtype, on the engine's device). Throws if the guard is empty or
+  // i out of range.
   View param(int i) const;
   UnitId unit() const noexcept { return unit_; }
   // Releases now (as the destructor does).
@@ -214,12 +225,14 @@ class Engine {
   // This rank's shards with their parameter ranges (see ParamShard), and raw access to the
   // shard arrays of unit u (f32 master; optimizer state k; null when the stage keeps none).
   // With NVMe offload the arrays are in files: these throw kInvalidArgument; use the copies.
+  // Without offload they are in the engine's device memory (device pointers on CUDA).
   std::vector<ParamShard> param_shards() const;
   const float* master_shard(UnitId u) const;
   const void* state_shard(UnitId u, int k) const;
   // Copies unit u's stepped range of the f32 master (step-range elements: the whole padded unit
   // in stage 0, the shard otherwise) / of optimizer state k (its state dtype) to `out`, from
-  // whichever tier holds it (NVMe: read through the swapper). REQUIRES: out has room.
+  // whichever tier holds it (NVMe: read through the swapper; the device: copied and waited
+  // for). `out` is host memory. REQUIRES: out has room.
   void copy_master_shard(UnitId u, float* out);
   void copy_state_shard(UnitId u, int k, void* out);
 

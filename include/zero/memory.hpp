@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -121,6 +122,12 @@ class Buffer {
   // is present, kOutOfMemory when cudaMalloc fails for lack of memory.
   static Buffer device(MemoryTracker& tracker, MemCategory c, std::size_t bytes, Device device,
                        AllocOptions opts = {});
+  // Memory from a caller's allocator (a DeviceOps backend of its own): the budget is checked,
+  // allocate(bytes) called (it throws on failure), the bytes charged to (c, tier); `release`
+  // frees the pointer allocate returned. `location` is what data() points into.
+  static Buffer external(MemoryTracker& tracker, MemCategory c, MemTier tier, Device location,
+                         std::size_t bytes, const std::function<void*(std::size_t)>& allocate,
+                         std::function<void(void*)> release);
 
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -148,7 +155,7 @@ class Buffer {
   void reset() noexcept;
 
  private:
-  enum class Kind : std::uint8_t { kNone, kHost, kCudaHost, kCudaDevice };
+  enum class Kind : std::uint8_t { kNone, kHost, kCudaHost, kCudaDevice, kExternal };
 
   void* data_ = nullptr;
   std::size_t size_ = 0;
@@ -157,6 +164,7 @@ class Buffer {
   MemTier tier_ = MemTier::kHost;
   Kind kind_ = Kind::kNone;
   Device device_ = Device::cpu();
+  std::function<void(void*)> release_;  // kExternal
 };
 
 // Touches every page of [p, p + bytes) in parallel with oneTBB, writing zeros.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -603,6 +604,68 @@ TEST(EnginePlan, FormulasReproduceTheZeroPapersSevenPointFiveBillionExample) {
 
 namespace zero {
 namespace {
+
+// ---- the device interface: a discrete device (memory the host cannot address, as a GPU's)
+
+TEST(EngineDevice, DiscreteDeviceMemoryIsNotHostAddressable) {
+  // The check below is only a check if a stray host access crashes.
+  testing::DiscreteCpuDevice d;
+  MemoryTracker t;
+  Buffer b = d.alloc(t, MemCategory::kOther, 64, {.zero = true});
+  EXPECT_EQ(t.current(MemCategory::kOther, MemTier::kDevice), 64u);
+  float host[16] = {1.0f};
+  d.copy(host, b.data(), sizeof host);
+  EXPECT_EQ(host[0], 0.0f);
+  EXPECT_DEATH({ std::printf("%f\n", *static_cast<volatile float*>(b.data())); }, "");
+}
+
+TEST(EngineDevice, DiscreteDeviceTrainsBitwiseLikeTheCpuDevice) {
+  // Every host <-> device move the engine makes for a GPU (views, set_param / read_param, the
+  // norm's all-gather on device memory, master and state copies) goes through the interface.
+  int runs = 0;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int n : {1, 3}) {
+      for (int accumulation : {1, 3}) {
+        for (int stage : {0, 1, 2, 3}) {
+          RunSpec cpu{.stage = stage,
+                      .ranks = n,
+                      .dtype = dt,
+                      .accumulation = accumulation,
+                      .clip = true,
+                      .overlap = stage == 3};
+          RunSpec dev = cpu;
+          dev.discrete = true;
+          const RunResult a = train(cpu), b = train(dev);
+          ++runs;
+          EXPECT_TRUE(bitwise_equal(b.params, a.params))
+              << describe(dev) << ": max |diff| " << max_abs_diff(b.params, a.params);
+          EXPECT_TRUE(bitwise_equal(b.masters, a.masters)) << describe(dev) << " (masters)";
+          ASSERT_EQ(b.steps.size(), a.steps.size()) << describe(dev);
+          for (std::size_t i = 0; i < a.steps.size(); ++i) {
+            EXPECT_EQ(b.steps[i].grad_norm, a.steps[i].grad_norm) << describe(dev) << " step " << i;
+            EXPECT_EQ(b.steps[i].applied, a.steps[i].applied) << describe(dev) << " step " << i;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 3 * 2 * 2 * 4);
+}
+
+TEST(EngineDevice, ACudaDeviceNeedsNcclAndNcclNeedsACudaDevice) {
+  ThreadGroup::run(1, [](Communicator& comm) {
+    EngineOptions o;
+    o.device = Device::cuda(0);
+    try {
+      Engine e(comm, parse_config(R"({"zero_optimization": {"stage": 2}})"), o);
+      FAIL() << "a CUDA engine over the thread communicator was accepted";
+    } catch (const Error& e) {
+      // Without CUDA (or a GPU) the device is refused first; with one, the communicator.
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("cuda:0") != std::string::npos) << what;
+    }
+  });
+}
 
 TEST(EngineSchedule, UpdateKRunsWithTheSchedulersLrAfterStepKMinusTwo) {
   const Config cfg = make_config({.stage = 2, .ranks = 2});

@@ -62,6 +62,10 @@ class Mlp {
  public:
   explicit Mlp(std::vector<int> dims) : dims_(std::move(dims)) {}
 
+  // The engine's device when its memory is not host-accessible (views are then read and written
+  // through it, as a GPU trainer would upload and download); null: plain host views.
+  DeviceOps* device = nullptr;
+
   int in() const { return dims_.front(); }
   int out() const { return dims_.back(); }
   int layers() const { return static_cast<int>(dims_.size()) - 1; }
@@ -158,13 +162,28 @@ class Mlp {
   }
 
  private:
-  static std::vector<float> to_f32(const View& v) {
+  std::vector<float> to_f32(const View& v) const {
     std::vector<float> out(v.count);
-    convert(v.data, v.dtype, out.data(), DType::kF32, v.count);
+    const void* src = v.data;
+    std::vector<char> host;
+    if (device != nullptr) {
+      host.resize(v.bytes());
+      device->copy(host.data(), v.data, v.bytes());
+      device->synchronize();
+      src = host.data();
+    }
+    convert(src, v.dtype, out.data(), DType::kF32, v.count);
     return out;
   }
-  static void write(const View& v, const std::vector<float>& values) {
-    convert(values.data(), DType::kF32, v.data, v.dtype, v.count);
+  void write(const View& v, const std::vector<float>& values) const {
+    if (device == nullptr) {
+      convert(values.data(), DType::kF32, v.data, v.dtype, v.count);
+      return;
+    }
+    std::vector<char> host(v.bytes());
+    convert(values.data(), DType::kF32, host.data(), v.dtype, v.count);
+    device->copy(v.data, host.data(), v.bytes());
+    device->synchronize();
   }
 
   std::vector<int> dims_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/compare.hpp"
+#include "engine/discrete_device.hpp"
 #include "engine/mlp_model.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
@@ -43,6 +44,8 @@ struct RunSpec {
   bool pipeline = true;
   std::string aio_engine = "io_uring";
   std::string offload_param = "none";  // stage 3: offload_param.device
+  // Run on the discrete CPU device (engine/discrete_device.hpp) behind DiscreteComm.
+  bool discrete = false;
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -100,12 +103,27 @@ inline std::vector<std::vector<float>> gather_masters(Engine& e) {
 }
 
 // One rank's run: trains, reads back every parameter (a collective in stage 3) and gathers
-// the masters. Every rank returns the same values.
-inline RunResult train_rank(Communicator& comm, const RunSpec& s) {
+// the masters. Every rank returns the same values. `eo` places the engine (a CUDA device: the
+// trainer then moves its views' values through a device interface of its own on the same
+// stream).
+inline RunResult train_rank(Communicator& world, const RunSpec& s, EngineOptions eo = {}) {
   RunResult result;
   const Config cfg = make_config(s);
-  const Mlp mlp(kDims);
-  Engine e(comm, cfg);
+  Mlp mlp(kDims);
+  std::unique_ptr<DiscreteComm> discrete;
+  std::shared_ptr<DeviceOps> trainer_device;
+  Communicator* comm_ptr = &world;
+  if (s.discrete) {
+    discrete = std::make_unique<DiscreteComm>(world);
+    comm_ptr = discrete.get();
+    eo.device_ops = std::make_shared<DiscreteCpuDevice>();
+    mlp.device = eo.device_ops.get();
+  } else if (eo.device.is_cuda()) {
+    trainer_device = make_device_ops(eo.device, {.cuda_stream = eo.cuda_stream});
+    mlp.device = trainer_device.get();
+  }
+  Communicator& comm = *comm_ptr;
+  Engine e(comm, cfg, eo);
   mlp.declare(e);
   mlp.init(e, 42);
   for (int step = 0; step < s.steps; ++step) {
@@ -165,6 +183,7 @@ inline std::string describe(const RunSpec& s) {
   return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
          std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +
          (s.clip ? ", clipping" : "") + (s.overlap ? ", overlap" : "") +
+         (s.discrete ? ", discrete device" : "") +
          (s.offload_buffers > 0
               ? ", offload " + s.offload_device + " " + std::to_string(s.offload_buffers) + " x " +
                     std::to_string(s.offload_chunk) + (s.pipeline ? " pipelined" : "") + " aio " +

@@ -18,6 +18,7 @@
 #include "zero/detail/kernels.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
+#include "zero/grad_accumulate.hpp"
 #include "zero/optimizer.hpp"
 
 namespace zero {
@@ -272,6 +273,30 @@ TEST(Kernels, ScaleAndCastMatchCpuBitwise) {
     std::vector<std::uint16_t> w(n);
     convert(f.data(), DType::kF32, w.data(), t, n);
     EXPECT_EQ(d16.read<std::uint16_t>(), w) << to_string(t);
+  }
+}
+
+TEST(Kernels, AccumulateMatchesCpuBitwise) {
+  REQUIRE_DEVICE();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  const std::size_t n = 100003;
+  std::vector<float> a(n), b(n);
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (DType st : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (bool first : {true, false}) {
+        std::vector<char> dst(n * dtype_size(dt)), src(n * dtype_size(st));
+        convert(a.data(), DType::kF32, dst.data(), dt, n);
+        convert(b.data(), DType::kF32, src.data(), st, n);
+        DeviceArray dd(dst.data(), dst.size(), 0), ds(src.data(), src.size(), 0);
+        k::accumulate(dd.data, dt, ds.data, st, n, first, nullptr);
+        detail::accumulate(dst.data(), dt, src.data(), st, n, first);
+        EXPECT_EQ(dd.read<char>(), dst)
+            << to_string(dt) << " += " << to_string(st) << (first ? " (first)" : "");
+      }
+    }
   }
 }
 

@@ -582,6 +582,48 @@ TEST(HostOffload, HostOptimizerOffloadGivesBitwiseTheSameParameters) {
   EXPECT_EQ(runs, 2 * 3 * 9);
 }
 
+// The offload paths of a discrete device (a GPU's): gradient shards copied device -> pinned as
+// each reduce-scatter completes, chunks copied in and parameters copied out on the copy lane,
+// parameter shards copied into the gathered buffer before an in-place all-gather. Run on the
+// discrete CPU device (engine/discrete_device.hpp), whose memory the host cannot touch except
+// through the device interface, they must train bitwise like no offload on the CPU device.
+TEST(DiscreteDeviceOffload, OptimizerAndParameterOffloadMatchNoOffloadBitwise) {
+  TempDir dir;
+  int runs = 0;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int stage : {1, 2, 3}) {
+      for (int accumulation : {1, 3}) {
+        RunSpec base{.stage = stage,
+                     .ranks = 3,
+                     .dtype = dt,
+                     .accumulation = accumulation,
+                     .clip = true,
+                     .overlap = stage == 3};
+        const RunResult ref = train(base);
+        for (const char* device : {"cpu", "nvme"}) {
+          for (const char* param : {"none", "cpu", "nvme"}) {
+            if (stage < 3 && std::string(param) != "none") continue;
+            RunSpec s = nvme_spec(stage, dt, accumulation == 1 ? 2 : 1, accumulation == 1 ? 7 : 100,
+                                  dir.path());
+            s.accumulation = accumulation;
+            s.offload_device = device;
+            s.offload_param = param;
+            s.discrete = true;
+            const RunResult got = train(s);
+            ++runs;
+            EXPECT_TRUE(bitwise_equal(got.params, ref.params))
+                << describe(s) << " offload_param " << param;
+            EXPECT_TRUE(bitwise_equal(got.masters, ref.masters))
+                << describe(s) << " offload_param " << param;
+            EXPECT_TRUE(dir.files().empty()) << "swap files left behind: " << describe(s);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2 * 2 * (2 + 2 + 6));
+}
+
 TEST(NvmeOffload, ThePlanPredictsMemoryAndFilesExactly) {
   TempDir dir;
   for (DType dt : {DType::kF32, DType::kBF16}) {
