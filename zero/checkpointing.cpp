@@ -117,14 +117,34 @@ std::vector<int> segment_starts(int n, const CheckpointSpec& spec) {
 }
 
 Checkpointer::Checkpointer(int num_layers, std::size_t act_elems, CheckpointSpec spec,
-                           MemoryTracker& tracker)
+                           MemoryTracker& tracker, DeviceOps* device)
     : num_layers_(num_layers),
       act_elems_(act_elems),
       spec_(std::move(spec)),
       tracker_(tracker),
       starts_(segment_starts(num_layers, spec_)),
-      inputs_(static_cast<std::size_t>(num_layers)) {
+      inputs_(static_cast<std::size_t>(num_layers)),
+      device_(device) {
   ZERO_CHECK(act_elems > 0, kInvalidArgument, "activation size must be > 0");
+}
+
+bool Checkpointer::staged() const {
+  return spec_.cpu_checkpointing && device_ != nullptr && !device_->host_accessible();
+}
+
+// Activation memory where the layers compute.
+Buffer Checkpointer::alloc(std::size_t bytes) {
+  return device_ != nullptr ? device_->alloc(tracker_, MemCategory::kActivations, bytes)
+                            : Buffer::host(tracker_, MemCategory::kActivations, bytes);
+}
+
+// One activation, on the compute lane.
+void Checkpointer::copy(void* dst, const void* src) {
+  if (device_ != nullptr) {
+    device_->copy(dst, src, act_elems_ * sizeof(float));
+  } else {
+    std::memcpy(dst, src, act_elems_ * sizeof(float));
+  }
 }
 
 Buffer& Checkpointer::slot(int layer) {
@@ -132,7 +152,7 @@ Buffer& Checkpointer::slot(int layer) {
   if (b.empty()) {
     const std::size_t bytes = act_elems_ * sizeof(float);
     b = spec_.cpu_checkpointing ? Buffer::pinned(tracker_, MemCategory::kActivations, bytes)
-                                : Buffer::host(tracker_, MemCategory::kActivations, bytes);
+                                : alloc(bytes);
   }
   return b;
 }
@@ -143,8 +163,8 @@ Buffer& Checkpointer::slot(int layer) {
 void Checkpointer::run_forward(CheckpointedLayers& layers, int first, int last, const float* in,
                                float* out, bool drop) {
   if (scratch_a_.empty()) {
-    scratch_a_ = Buffer::host(tracker_, MemCategory::kActivations, act_elems_ * sizeof(float));
-    scratch_b_ = Buffer::host(tracker_, MemCategory::kActivations, act_elems_ * sizeof(float));
+    scratch_a_ = alloc(act_elems_ * sizeof(float));
+    scratch_b_ = alloc(act_elems_ * sizeof(float));
   }
   const float* cur = in;
   for (int l = first; l < last; ++l) {
@@ -163,12 +183,25 @@ void Checkpointer::forward(CheckpointedLayers& layers, const float* in, float* o
   } else {
     // Keep each segment's input, run the segment, drop what its layers kept.
     const float* cur = in;
+    const std::size_t bytes = act_elems_ * sizeof(float);
+    if (staged() && seg_in_.empty()) seg_in_ = alloc(bytes);
     for (std::size_t s = 0; s < starts_.size(); ++s) {
       const int first = starts_[s];
       const int last = s + 1 < starts_.size() ? starts_[s + 1] : num_layers_;
-      std::memcpy(slot(first).data(), cur, act_elems_ * sizeof(float));
       float* seg_out = last == num_layers_ ? out : nullptr;
-      run_forward(layers, first, last, slot(first).as<float>(), seg_out, /*drop=*/true);
+      const float* seg_in = slot(first).as<float>();
+      if (staged()) {
+        // The input stays on the device for the segment; its copy goes to pinned memory on the
+        // copy lane while the segment computes. The next segment's input waits for that copy.
+        device_->join(DeviceOps::Lane::kCompute, DeviceOps::Lane::kCopy);
+        copy(seg_in_.data(), cur);
+        device_->join(DeviceOps::Lane::kCopy, DeviceOps::Lane::kCompute);
+        device_->copy(slot(first).data(), seg_in_.data(), bytes, DeviceOps::Lane::kCopy);
+        seg_in = seg_in_.as<float>();
+      } else {
+        copy(slot(first).data(), cur);
+      }
+      run_forward(layers, first, last, seg_in, seg_out, /*drop=*/true);
       cur = last == num_layers_
                 ? out
                 : ((last - first - 1) % 2 == 0 ? scratch_a_.as<float>() : scratch_b_.as<float>());
@@ -182,12 +215,12 @@ void Checkpointer::backward(CheckpointedLayers& layers, const float* grad_out, f
   forward_done_ = false;
   const bool plain = spec_.policy == CheckpointPolicy::kNone;
   if (grad_a_.empty()) {
-    grad_a_ = Buffer::host(tracker_, MemCategory::kActivations, act_elems_ * sizeof(float));
-    grad_b_ = Buffer::host(tracker_, MemCategory::kActivations, act_elems_ * sizeof(float));
+    grad_a_ = alloc(act_elems_ * sizeof(float));
+    grad_b_ = alloc(act_elems_ * sizeof(float));
   }
   float* g = grad_a_.as<float>();
   float* gin = grad_b_.as<float>();
-  std::memcpy(g, grad_out, act_elems_ * sizeof(float));
+  copy(g, grad_out);
   const std::vector<int> whole{0};
   const std::vector<int>& segs = plain ? whole : starts_;
   for (int s = static_cast<int>(segs.size()) - 1; s >= 0; --s) {
@@ -197,7 +230,16 @@ void Checkpointer::backward(CheckpointedLayers& layers, const float* grad_out, f
     if (!plain) {
       // Recompute the segment from its kept input: the same layer code on the same input, so
       // the layers keep the same activations as in a plain forward.
-      run_forward(layers, first, last, slot(first).as<float>(), nullptr, /*drop=*/false);
+      const float* seg_in = slot(first).as<float>();
+      if (staged()) {  // back from pinned memory on the copy lane
+        device_->join(DeviceOps::Lane::kCopy, DeviceOps::Lane::kCompute);
+        device_->copy(seg_in_.data(), slot(first).data(), act_elems_ * sizeof(float),
+                      DeviceOps::Lane::kCopy);
+        device_->join(DeviceOps::Lane::kCompute, DeviceOps::Lane::kCopy);
+        device_->wait(device_->record(DeviceOps::Lane::kCopy));  // before the slot is freed
+        seg_in = seg_in_.as<float>();
+      }
+      run_forward(layers, first, last, seg_in, nullptr, /*drop=*/false);
       inputs_[static_cast<std::size_t>(first)].reset();
     }
     for (int l = last - 1; l >= first; --l) {
@@ -206,7 +248,7 @@ void Checkpointer::backward(CheckpointedLayers& layers, const float* grad_out, f
       std::swap(g, gin);
     }
   }
-  if (grad_in != nullptr) std::memcpy(grad_in, g, act_elems_ * sizeof(float));
+  if (grad_in != nullptr) copy(grad_in, g);
 }
 
 }  // namespace zero

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "zero/config.hpp"
+#include "zero/device_ops.hpp"
 #include "zero/memory.hpp"
 
 namespace zero {
@@ -58,7 +59,13 @@ class CheckpointedLayers {
 class Checkpointer {
  public:
   // `act_elems`: the f32 elements of the activation between two layers (a layer's input).
-  Checkpointer(int num_layers, std::size_t act_elems, CheckpointSpec spec, MemoryTracker& tracker);
+  // `device`: where the layers compute (their in / out pointers are its memory); null: host
+  // memory. On a device the host cannot address (CUDA), kept inputs stay in device memory, or
+  // with cpu_checkpointing go to pinned host memory on the device's copy lane (overlapping the
+  // next segment's forward) and come back the same way before their segment is recomputed; a
+  // device buffer then carries each segment's input (one more activation-sized buffer).
+  Checkpointer(int num_layers, std::size_t act_elems, CheckpointSpec spec, MemoryTracker& tracker,
+               DeviceOps* device = nullptr);
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -73,6 +80,9 @@ class Checkpointer {
 
  private:
   Buffer& slot(int layer);
+  Buffer alloc(std::size_t bytes);
+  void copy(void* dst, const void* src);
+  bool staged() const;  // cpu_checkpointing on a device the host cannot address
   void run_forward(CheckpointedLayers& layers, int first, int last, const float* in, float* out,
                    bool drop);
 
@@ -84,6 +94,8 @@ class Checkpointer {
   std::vector<Buffer> inputs_;    // per layer: its input, when it starts a segment
   Buffer scratch_a_, scratch_b_;  // running activations between layers
   Buffer grad_a_, grad_b_;        // running activation gradients between layers
+  Buffer seg_in_;                 // staged(): the input of the segment being run
+  DeviceOps* device_ = nullptr;
   bool forward_done_ = false;
 };
 

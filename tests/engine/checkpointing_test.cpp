@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/discrete_device.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/error.hpp"
 
@@ -25,7 +26,11 @@ class TanhLayers : public CheckpointedLayers {
     for (float& v : w_) v = nd(rng);
     dw_.assign(w_.size(), 0.0f);
   }
-  void forward(int l, const float* in, float* out) override {
+  // The layers run "on the device": a discrete device's memory is reached through untag (what a
+  // kernel does); host memory is unchanged by it.
+  void forward(int l, const float* in_any, float* out_any) override {
+    const float* in = testing::untag(in_any);
+    float* out = testing::untag(out_any);
     ++forwards;
     Buffer& s = saved_[static_cast<std::size_t>(l)];
     ASSERT_TRUE(s.empty()) << "layer " << l << " ran forward twice without drop";
@@ -41,7 +46,9 @@ class TanhLayers : public CheckpointedLayers {
       out[o] = y[o];
     }
   }
-  void backward(int l, const float* gout, float* gin) override {
+  void backward(int l, const float* gout_any, float* gin_any) override {
+    const float* gout = testing::untag(gout_any);
+    float* gin = testing::untag(gin_any);
     Buffer& s = saved_[static_cast<std::size_t>(l)];
     ASSERT_FALSE(s.empty()) << "layer " << l << " backward without its activations";
     const float* x = s.as<float>();
@@ -74,23 +81,39 @@ struct Outcome {
   int forwards = 0;
 };
 
-Outcome run(int n, const CheckpointSpec& spec) {
+// `device`: the layers' activations live in its memory (x, y, g, dx copied in and out).
+Outcome run(int n, const CheckpointSpec& spec, DeviceOps* device = nullptr) {
   MemoryTracker t;
   TanhLayers layers(n, t);
-  Checkpointer ck(n, kWidth, spec, t);
+  Checkpointer ck(n, kWidth, spec, t, device);
   std::vector<float> x(kWidth), y(kWidth), g(kWidth), dx(kWidth);
   std::mt19937 rng(9);
   std::normal_distribution<float> nd;
   for (float& v : x) v = nd(rng);
   for (float& v : g) v = nd(rng);
+  std::vector<Buffer> on_device;
+  float *px = x.data(), *py = y.data(), *pg = g.data(), *pdx = dx.data();
+  if (device != nullptr) {
+    for (float** p : {&px, &py, &pg, &pdx}) {
+      on_device.push_back(device->alloc(t, MemCategory::kOther, kWidth * sizeof(float)));
+      device->copy(on_device.back().data(), *p, kWidth * sizeof(float));
+      *p = on_device.back().as<float>();
+    }
+  }
   t.reset_peaks();
   for (int rep = 0; rep < 2; ++rep) {  // twice: buffers are reused, gradients accumulate
-    ck.forward(layers, x.data(), y.data());
-    ck.backward(layers, g.data(), dx.data());
+    ck.forward(layers, px, py);
+    ck.backward(layers, pg, pdx);
+  }
+  if (device != nullptr) {
+    device->copy(y.data(), py, kWidth * sizeof(float));
+    device->copy(dx.data(), pdx, kWidth * sizeof(float));
+    device->synchronize();
   }
   Outcome o{layers.dw_, dx, y,
             t.peak(MemCategory::kActivations, MemTier::kHost) +
-                t.peak(MemCategory::kActivations, MemTier::kPinned),
+                t.peak(MemCategory::kActivations, MemTier::kPinned) +
+                t.peak(MemCategory::kActivations, MemTier::kDevice),
             layers.forwards};
   EXPECT_EQ(t.current(MemCategory::kActivations, MemTier::kPinned), 0u) << "kept inputs leaked";
   return o;
@@ -110,6 +133,31 @@ TEST(Checkpointing, GradientsAreBitwiseThoseOfThePlainRunForEveryPolicy) {
         EXPECT_EQ(std::memcmp(c.dx.data(), plain.dx.data(), plain.dx.size() * 4), 0) << p;
         EXPECT_EQ(std::memcmp(c.out.data(), plain.out.data(), plain.out.size() * 4), 0) << p;
         EXPECT_EQ(c.forwards, 2 * 2 * n) << p << ": every layer recomputed exactly once";
+      }
+    }
+  }
+}
+
+// On a device the host cannot address (a GPU's; here the discrete CPU device, whose memory a
+// host access would crash on), kept inputs stay on the device or, with cpu_checkpointing, go to
+// pinned memory and back on the copy lane: gradients bitwise those of the plain host run.
+TEST(Checkpointing, OnADiscreteDeviceGradientsAreBitwiseThoseOfThePlainRun) {
+  for (int n : {1, 7, 16}) {
+    const Outcome plain = run(n, CheckpointSpec{});
+    for (const std::string p : {"none", "every:2", "sqrt", "list:3"}) {
+      CheckpointSpec spec = CheckpointSpec::parse(p);
+      if (spec.policy == CheckpointPolicy::kExplicit && spec.boundaries.back() >= n) continue;
+      for (bool cpu : {false, true}) {
+        spec.cpu_checkpointing = cpu;
+        testing::DiscreteCpuDevice device;
+        const Outcome c = run(n, spec, &device);
+        EXPECT_EQ(std::memcmp(c.dw.data(), plain.dw.data(), plain.dw.size() * 4), 0)
+            << p << " n=" << n << (cpu ? " cpu_checkpointing" : "");
+        EXPECT_EQ(std::memcmp(c.dx.data(), plain.dx.data(), plain.dx.size() * 4), 0) << p;
+        EXPECT_EQ(std::memcmp(c.out.data(), plain.out.data(), plain.out.size() * 4), 0) << p;
+        if (cpu && spec.policy != CheckpointPolicy::kNone) {
+          EXPECT_GT(device.copies, 0) << p << ": the kept inputs never moved";
+        }
       }
     }
   }
