@@ -30,7 +30,8 @@ using testing::RunSpec;
     }                                                                           \
   } while (0)
 
-RunResult train_on_gpu(const RunSpec& s) {
+// A world of one rank on GPU 0 (legacy default stream), and an engine's options on it.
+std::unique_ptr<Communicator> single_gpu_comm() {
   Config config;
   config.comm_timeout_s = 120;
   CommOptions co;
@@ -38,10 +39,18 @@ RunResult train_on_gpu(const RunSpec& s) {
   co.rank = 0;
   co.size = 1;
   co.local_rank = 0;
-  auto comm = make_communicator(config, co);
+  return make_communicator(config, co);
+}
+
+EngineOptions on_gpu() {
   EngineOptions eo;
   eo.device = Device::cuda(0);
-  return testing::train_rank(*comm, s, eo);
+  return eo;
+}
+
+RunResult train_on_gpu(const RunSpec& s) {
+  auto comm = single_gpu_comm();
+  return testing::train_rank(*comm, s, on_gpu());
 }
 
 TEST(EngineCuda, TrainsBitwiseLikeTheCpuEngineWithoutClipping) {
@@ -101,17 +110,9 @@ TEST(EngineCuda, EveryStageMatchesStageZeroBitwiseWithClipping) {
 
 TEST(EngineCuda, ViewsAreDevicePointersAndMemoryIsChargedToTheDeviceTier) {
   REQUIRE_DEVICE();
-  Config config;
-  CommOptions co;
-  co.backend = "nccl";
-  co.rank = 0;
-  co.size = 1;
-  co.local_rank = 0;
-  auto comm = make_communicator(config, co);
-  EngineOptions eo;
-  eo.device = Device::cuda(0);
+  auto comm = single_gpu_comm();
   Engine e(*comm, parse_config(R"({"zero_optimization": {"stage": 2}, "bf16": {"enabled": true}})"),
-           eo);
+           on_gpu());
   e.add_unit({"u", {{"w", {1000}}}});
   std::vector<float> v(1000, 0.5f);
   e.set_param(0, 0, v.data(), v.size());
