@@ -6,18 +6,28 @@
 //              [--dtype f32|bf16|f16] [--grad-accum A] [--lr X] [--checkpoint-activations [P]]
 //              [--data FILE] [--eval-every K] [--seed S]
 //              [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]
-//              [--nvme-path DIR] [--memory-budget BYTES]
+//              [--nvme-path DIR] [--memory-budget BYTES] [--device cpu|cuda]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
 // and rank 0's tracked memory (current / peak).
+//
+// --device cuda (a build with ZERO_WITH_CUDA): the model runs on a GPU (GptCudaModel), the
+// engine on the same GPU and stream, over NCCL; one rank per process and one GPU per rank
+// (--ranks 1, or one process per GPU under mpirun / srun / torchrun: GPU = the local rank).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#if defined(ZERO_GPT_WITH_CUDA)
+#include <cuda_runtime.h>
+
+#include "gpt/gpt_cuda.hpp"
+#endif
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
@@ -47,6 +57,8 @@ constexpr const char* kUsage = R"(usage: zero-train [flags]
   --offload-param none|cpu|nvme       stage-3 parameter shards to pinned memory / NVMe
   --nvme-path DIR         directory of the swap files (both offloads)
   --memory-budget B       cap each rank's memory (e.g. 512M, 2G); NVMe files are not counted
+  --device cpu|cuda       where the model and the engine run (default cpu); cuda: one GPU per
+                          rank over NCCL (--ranks 1, or one process per GPU under a launcher)
   --help                  this text
 )";
 
@@ -67,6 +79,7 @@ struct Options {
   std::uint64_t seed = 1;
   double memory_budget = 0;  // bytes of memory per rank (all tiers but NVMe); 0: none
   std::vector<std::string> config_args;
+  std::string device = "cpu";  // cpu | cuda
 };
 
 [[noreturn]] void bad(const std::string& what) {
@@ -75,14 +88,18 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
+  bool ranks_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) bad(a + " needs a value");
       return argv[++i];
     };
+    ranks_given = ranks_given || a == "--ranks";
     if (gpt::common_flag(a, value, o)) {
       continue;
+    } else if (a == "--device") {
+      o.device = value();
     } else if (a == "--dtype") {
       o.dtype = value();
     } else if (a == "--grad-accum") {
@@ -123,6 +140,17 @@ Options parse(int argc, char** argv) {
       bad("unknown argument '" + a + "'");
     }
   }
+  if (o.device != "cpu" && o.device != "cuda") {
+    bad("--device expects cpu or cuda, got '" + o.device + "'");
+  }
+#if !defined(ZERO_GPT_WITH_CUDA)
+  if (o.device == "cuda") {
+    bad("--device cuda needs zero-train built with CUDA (configure with -DZERO_WITH_CUDA=ON)");
+  }
+#endif
+  // One GPU per process: --ranks defaults to 1 there (and must be 1 unless a launcher starts
+  // the ranks, which run() checks).
+  if (o.device == "cuda" && !ranks_given) o.ranks = 1;
   if (o.ranks < 1) bad("--ranks must be >= 1");
   if (o.steps < 1) bad("--steps must be >= 1");
   if (o.batch < 1) bad("--batch must be >= 1");
@@ -156,8 +184,47 @@ Config make_config(const Options& o) {
   return b.build();
 }
 
+// Where a rank computes: the CPU (GptModel, any communicator), or one GPU (GptCudaModel; the
+// engine and the NCCL communicator on `stream`, a cudaStream_t).
+struct Placement {
+  Device device = Device::cpu();
+  void* stream = nullptr;
+};
+
+#if defined(ZERO_GPT_WITH_CUDA)
+void cuda_ok(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) {
+    ZERO_THROW(kCuda, "zero-train --device cuda: ", what, ": ", cudaGetErrorName(rc), ": ",
+               cudaGetErrorString(rc));
+  }
+}
+#endif
+
+// The mean of x over the ranks. NCCL reduces device memory only: on a GPU, x goes through
+// `scratch` (one float on the device).
+float mean_over_ranks(Communicator& comm, float x, const Placement& where, const Buffer& scratch) {
+  if (!where.device.is_cuda()) {
+    comm.all_reduce(&x, &x, 1, DType::kF32, ReduceOp::kAvg);
+    return x;
+  }
+#if defined(ZERO_GPT_WITH_CUDA)
+  const auto stream = static_cast<cudaStream_t>(where.stream);
+  cuda_ok(cudaMemcpyAsync(scratch.data(), &x, sizeof(float), cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (loss to the device)");
+  comm.all_reduce(scratch.data(), scratch.data(), 1, DType::kF32, ReduceOp::kAvg);
+  cuda_ok(cudaMemcpyAsync(&x, scratch.data(), sizeof(float), cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync (loss to the host)");
+  cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+#endif
+  return x;
+}
+
+// One rank's training. `make_model(config, tracker)` returns the model (a unique_ptr to
+// GptModel or GptCudaModel: the same surface).
+template <typename MakeModel>
 void train_rank(Communicator& comm, const Options& o, const Config& cfg,
-                const gpt::CharCorpus& corpus, std::mutex& print) {
+                const gpt::CharCorpus& corpus, std::mutex& print, const Placement& where,
+                MakeModel&& make_model) {
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
   // Every rank's memory (all tiers but NVMe files) capped at --memory-budget: an allocation past
@@ -166,8 +233,14 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
   tracker.set_memory_budget(static_cast<std::size_t>(o.memory_budget));
   EngineOptions eo;
   eo.tracker = &tracker;
+  eo.device = where.device;
+  eo.cuda_stream = where.stream;
   Engine e(comm, cfg, eo);
-  gpt::GptModel model(g, e.tracker());
+  const Buffer loss_scratch = where.device.is_cuda() ? Buffer::device(tracker, MemCategory::kOther,
+                                                                      sizeof(float), where.device)
+                                                     : Buffer();
+  auto model_ptr = make_model(g, e.tracker());
+  auto& model = *model_ptr;
   model.set_checkpointing(CheckpointSpec::parse(o.checkpoint));
   model.declare(e);
   model.init(e, o.seed);
@@ -176,12 +249,13 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     std::lock_guard<std::mutex> lock(print);
     std::printf(
         "zero-train: %zu parameters (%d layers, dim %d, %d heads, seq %d, vocab %d), "
-        "stage %d, %d ranks (%s), %s, batch %d x %d per rank, accumulation %lld, "
+        "stage %d, %d ranks (%s) on %s, %s, batch %d x %d per rank, accumulation %lld, "
         "checkpointing %s; unigram entropy of the corpus %.3f nats\n",
         g.num_params(), g.layers, g.dim, g.heads, g.seq, g.vocab, e.stage(), comm.size(),
-        std::string(comm.backend()).c_str(), std::string(to_string(e.param_dtype())).c_str(),
-        o.batch, g.seq, static_cast<long long>(cfg.gradient_accumulation_steps),
-        o.checkpoint.c_str(), corpus.unigram_entropy());
+        std::string(comm.backend()).c_str(), where.device.to_string().c_str(),
+        std::string(to_string(e.param_dtype())).c_str(), o.batch, g.seq,
+        static_cast<long long>(cfg.gradient_accumulation_steps), o.checkpoint.c_str(),
+        corpus.unigram_entropy());
     // The fp32 master and Adam moments of this rank's shards, wherever they are.
     const std::size_t opt =
         tracker.current(MemCategory::kMasterParams) + tracker.current(MemCategory::kOptimizerState);
@@ -209,8 +283,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     // The mean loss over ranks (every rank prints the same number).
-    float l = static_cast<float>(loss);
-    comm.all_reduce(&l, &l, 1, DType::kF32, ReduceOp::kAvg);
+    const float l = mean_over_ranks(comm, static_cast<float>(loss), where, loss_scratch);
     if (printer) {
       const double tokens = static_cast<double>(o.batch) * g.seq * accum * comm.size();
       std::lock_guard<std::mutex> lock(print);
@@ -225,8 +298,8 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       const gpt::TokenBatch vb =
           corpus.batch(gpt::Split::kVal, o.batch, g.seq, comm.rank(), 0, 0, 7);
-      float vl = static_cast<float>(model.forward_loss(e, vb));
-      comm.all_reduce(&vl, &vl, 1, DType::kF32, ReduceOp::kAvg);
+      const float vl =
+          mean_over_ranks(comm, static_cast<float>(model.forward_loss(e, vb)), where, loss_scratch);
       if (printer) {
         std::lock_guard<std::mutex> lock(print);
         std::printf("eval  %5d | validation loss %.4f\n", step + 1, vl);
@@ -238,6 +311,42 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     std::printf("%s", e.memory_report().table().c_str());
   }
 }
+
+std::unique_ptr<gpt::GptModel> make_cpu_model(const gpt::GptConfig& g, MemoryTracker& tracker) {
+  return std::make_unique<gpt::GptModel>(g, tracker);
+}
+
+#if defined(ZERO_GPT_WITH_CUDA)
+// --device cuda: this process is one rank on GPU <local rank>, with its own compute stream
+// shared by the model, the engine and the NCCL communicator.
+void train_on_gpu(const Options& o, const Config& cfg, const gpt::CharCorpus& corpus,
+                  std::mutex& print) {
+  const LaunchInfo launch = detect_launch();
+  if (launch.size == 1 && o.ranks != 1) {
+    bad("--device cuda runs one rank per process and one GPU per rank: use --ranks 1, or start "
+        "one process per GPU with mpirun / srun / torchrun");
+  }
+  const int gpu = launch.local_rank;
+  cuda_ok(cudaSetDevice(gpu), "cudaSetDevice");
+  struct Stream {  // destroyed after the communicator, the engine and the model
+    cudaStream_t s = nullptr;
+    ~Stream() {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
+  } stream;
+  cuda_ok(cudaStreamCreate(&stream.s), "cudaStreamCreate");
+  CommOptions co;
+  co.backend = "nccl";
+  co.cuda_stream = stream.s;
+  co.device = gpu;
+  auto comm = make_communicator(cfg, co);
+  const Placement where{Device::cuda(gpu), stream.s};
+  train_rank(*comm, o, cfg, corpus, print, where,
+             [&](const gpt::GptConfig& g, MemoryTracker& tracker) {
+               return std::make_unique<gpt::GptCudaModel>(g, tracker, gpu, stream.s);
+             });
+}
+#endif
 
 int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -251,13 +360,23 @@ int run(int argc, char** argv) {
   const Config cfg = make_config(o);
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
   std::mutex print;
+#if defined(ZERO_GPT_WITH_CUDA)
+  if (o.device == "cuda") {
+    train_on_gpu(o, cfg, corpus, print);
+    return 0;
+  }
+#endif
   if (detect_launch().size > 1) {  // mpirun / srun / torchrun: this process is one rank
     auto comm = make_communicator(cfg);
-    train_rank(*comm, o, cfg, corpus, print);
+    train_rank(*comm, o, cfg, corpus, print, Placement{}, make_cpu_model);
     return 0;
   }
   ThreadGroup::run(
-      o.ranks, [&](Communicator& comm) { train_rank(comm, o, cfg, corpus, print); }, cfg);
+      o.ranks,
+      [&](Communicator& comm) {
+        train_rank(comm, o, cfg, corpus, print, Placement{}, make_cpu_model);
+      },
+      cfg);
   return 0;
 }
 
