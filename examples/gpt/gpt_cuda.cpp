@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -116,32 +119,42 @@ struct BlockActs {
   float *ln1_mean, *ln1_rstd, *h1, *qkvr, *att, *y, *x_mid, *ln2_mean, *ln2_rstd, *h2, *u, *g;
 };
 
-// The activations kept from forward for backward (kActivations).
-struct Acts {
-  std::vector<float*> resid;  // resid[l]: block l's input; resid[L]: the last block's output
-  std::vector<BlockActs> blocks;
-  float *lnf_mean, *lnf_rstd, *xf, *logits;
+// What one block keeps from forward for backward (kActivations): a copy of its input (as the
+// CPU model keeps one) and its BlockActs. A slot of the model's pool.
+struct LayerActs {
+  float* input;
+  BlockActs a;
 
   std::size_t layout(float* base, const Shape& s) {
     Carver c(base);
     const std::size_t M = static_cast<std::size_t>(s.M()), mc = s.mc();
-    resid.assign(static_cast<std::size_t>(s.L) + 1, nullptr);
-    for (float*& r : resid) r = c.take(mc);
-    blocks.assign(static_cast<std::size_t>(s.L), BlockActs{});
-    for (BlockActs& a : blocks) {
-      a.ln1_mean = c.take(M);
-      a.ln1_rstd = c.take(M);
-      a.h1 = c.take(mc);
-      a.qkvr = c.take(3 * mc);
-      a.att = c.take(s.bhtt());
-      a.y = c.take(mc);
-      a.x_mid = c.take(mc);
-      a.ln2_mean = c.take(M);
-      a.ln2_rstd = c.take(M);
-      a.h2 = c.take(mc);
-      a.u = c.take(4 * mc);
-      a.g = c.take(4 * mc);
-    }
+    input = c.take(mc);
+    a.ln1_mean = c.take(M);
+    a.ln1_rstd = c.take(M);
+    a.h1 = c.take(mc);
+    a.qkvr = c.take(3 * mc);
+    a.att = c.take(s.bhtt());
+    a.y = c.take(mc);
+    a.x_mid = c.take(mc);
+    a.ln2_mean = c.take(M);
+    a.ln2_rstd = c.take(M);
+    a.h2 = c.take(mc);
+    a.u = c.take(4 * mc);
+    a.g = c.take(4 * mc);
+    return c.bytes();
+  }
+};
+
+// The activations outside the blocks (kActivations): the embedding's output (the first block's
+// input), the last block's output, the final LayerNorm and the logits.
+struct Acts {
+  float *x0, *x_last, *lnf_mean, *lnf_rstd, *xf, *logits;
+
+  std::size_t layout(float* base, const Shape& s) {
+    Carver c(base);
+    const std::size_t M = static_cast<std::size_t>(s.M()), mc = s.mc();
+    x0 = c.take(mc);
+    x_last = c.take(mc);
     lnf_mean = c.take(M);
     lnf_rstd = c.take(M);
     xf = c.take(mc);
@@ -368,8 +381,15 @@ class GradSink {
 
 struct GptCudaModel::Impl {
   cublasHandle_t blas = nullptr;
-  Buffer work;       // Scratch (device, kOther)
-  Buffer acts;       // Acts (device, kActivations)
+  std::shared_ptr<DeviceOps> dev;  // the Checkpointer's device (the model's stream)
+  Buffer work;                     // Scratch (device, kOther)
+  Buffer acts;                     // Acts (device, kActivations)
+  // LayerActs slots (device, kActivations): taken by a block's forward, given back by its drop.
+  // As many as were ever live at once (every block without checkpointing; the longest segment
+  // with it), kept for reuse: cudaFree would synchronise the device.
+  std::vector<Buffer> slots;
+  std::vector<std::size_t> free_slots;
+  std::size_t slot_bytes = 0;
   Buffer tok_host;   // token staging (pinned, kOther): see stage_tokens()
   Buffer tok_dev;    // the same on the device (kOther)
   Buffer loss_host;  // per-row losses read back (pinned, kOther)
@@ -399,15 +419,34 @@ GptCudaModel::GptCudaModel(const GptConfig& config, MemoryTracker& tracker, int 
 GptCudaModel::~GptCudaModel() = default;
 
 void GptCudaModel::set_checkpointing(const CheckpointSpec& spec) {
-  ZERO_CHECK(spec.policy == CheckpointPolicy::kNone, kInvalidArgument,
-             "GptCudaModel: the CUDA model does not checkpoint activations yet (use policy none, "
-             "or the CPU model)");
+  segment_starts(config().layers, spec);  // validates the policy against the layer count
   ckpt_ = spec;
 }
 
 std::size_t GptCudaModel::activation_bytes(int rows, int seq) const {
+  const Shape s = shape_of(config(), rows, seq);
   Acts a;
-  return a.layout(nullptr, shape_of(config(), rows, seq));
+  LayerActs la;
+  // Live block slots: every block without checkpointing; with it, the longest segment
+  // (recomputed in backward) — forward drops each block's slot as soon as it has run.
+  const std::vector<int> starts = segment_starts(s.L, ckpt_);
+  int live = s.L;
+  if (ckpt_.policy != CheckpointPolicy::kNone) {
+    live = 0;
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+      const int end = i + 1 < starts.size() ? starts[i + 1] : s.L;
+      live = std::max(live, end - starts[i]);
+    }
+  }
+  // The Checkpointer: two activation and two gradient buffers between blocks, the kept segment
+  // inputs (in pinned memory with cpu_checkpointing, then one more device buffer carrying the
+  // segment's input).
+  const std::size_t act = s.mc() * sizeof(float);
+  std::size_t ck = 4 * act;
+  if (ckpt_.policy != CheckpointPolicy::kNone) {
+    ck += (ckpt_.cpu_checkpointing ? 1 : starts.size()) * act;
+  }
+  return a.layout(nullptr, s) + static_cast<std::size_t>(live) * la.layout(nullptr, s) + ck;
 }
 
 std::size_t GptCudaModel::workspace_bytes(int rows, int seq) const {
@@ -465,6 +504,20 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
   Acts a;
   ensure(impl_->acts, a.layout(nullptr, s), MemCategory::kActivations, false);
   a.layout(impl_->acts.as<float>(), s);
+  {
+    LayerActs la;
+    const std::size_t bytes = la.layout(nullptr, s);
+    if (bytes > impl_->slot_bytes) {  // a larger shape: the pool starts again at this size
+      impl_->slots.clear();
+      impl_->free_slots.clear();
+      impl_->slot_bytes = bytes;
+    }
+  }
+  if (impl_->dev == nullptr) {
+    DeviceOpsOptions o;
+    o.cuda_stream = stream_;
+    impl_->dev = make_device_ops(dev, o);
+  }
   const std::size_t tok_ints = 5 * Mz + 1;
   ensure(impl_->tok_host, tok_ints * sizeof(std::int32_t), MemCategory::kOther, true);
   ensure(impl_->tok_dev, tok_ints * sizeof(std::int32_t), MemCategory::kOther, false);
@@ -530,21 +583,94 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
     return p;
   };
 
+  // ---- the blocks as CheckpointedLayers (gpt_model.cpp BlockLayers): forward takes a slot, keeps
+  // a copy of its input there and runs the block; backward runs the block's backward from the
+  // slot and announces its gradients; drop gives the slot back.
+  struct Blocks : CheckpointedLayers {
+    GptCudaModel& m;
+    Impl& im;
+    Engine& e;
+    const Gpu& g;
+    const Scratch& w;
+    const Shape& s;
+    const GradTap& tap;
+    const std::function<std::vector<const float*>(const GatherGuard&, int)>& load;
+    std::vector<std::size_t> held;  // per block: its slot, or SIZE_MAX
+
+    Blocks(GptCudaModel& m, Impl& im, Engine& e, const Gpu& g, const Scratch& w, const Shape& s,
+           const GradTap& tap,
+           const std::function<std::vector<const float*>(const GatherGuard&, int)>& load)
+        : m(m),
+          im(im),
+          e(e),
+          g(g),
+          w(w),
+          s(s),
+          tap(tap),
+          load(load),
+          held(static_cast<std::size_t>(s.L), SIZE_MAX) {}
+    LayerActs slot(int l) const {
+      LayerActs la;
+      la.layout(im.slots[held[static_cast<std::size_t>(l)]].as<float>(), s);
+      return la;
+    }
+    void forward(int l, const float* in, float* out) override {
+      std::size_t k;
+      if (!im.free_slots.empty()) {
+        k = im.free_slots.back();
+        im.free_slots.pop_back();
+      } else {
+        k = im.slots.size();
+        im.slots.push_back(Buffer::device(*m.tracker_, MemCategory::kActivations, im.slot_bytes,
+                                          Device::cuda(m.device_)));
+      }
+      held[static_cast<std::size_t>(l)] = k;
+      const LayerActs la = slot(l);
+      cuda_check(cudaMemcpyAsync(la.input, in, s.mc() * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 static_cast<cudaStream_t>(g.stream)),
+                 "GptCudaModel: cudaMemcpyAsync (block input)");
+      GatherGuard guard = e.gather(m.block_unit(l));
+      const BlockParams p(load(guard, kBlockParams));
+      block_forward(g, p, la.input, out, la.a, w, s);
+    }
+    void backward(int l, const float* grad_out, float* grad_in) override {
+      const LayerActs la = slot(l);
+      GatherGuard guard = e.gather(m.block_unit(l));
+      const BlockParams p(load(guard, kBlockParams));
+      GradSink gs(e, m.block_unit(l), kBlockParams, w.grads);
+      block_backward(g, p, la.a, la.input, grad_out, grad_in, gs.ptrs(), w, s);
+      gs.commit(m.block_unit(l), g.stream, tap);
+      e.grads_ready(m.block_unit(l));
+    }
+    void drop(int l) override {
+      std::size_t& k = held[static_cast<std::size_t>(l)];
+      if (k == SIZE_MAX) return;
+      im.free_slots.push_back(k);  // reused by a later forward on the same stream: in order
+      k = SIZE_MAX;
+    }
+  };
+  const std::function<std::vector<const float*>(const GatherGuard&, int)> load = load_params;
+  Blocks blocks(*this, *impl_, e, g, w, s, tap, load);
+
   // ---- forward: embedding
   {
     GatherGuard guard = e.gather(embedding_unit());
     const auto p = load_params(guard, 2);
-    kernels::embedding_forward(a.resid[0], d_in, p[0], p[1], B, T, C, stream_);
+    kernels::embedding_forward(a.x0, d_in, p[0], p[1], B, T, C, stream_);
   }
-  // ---- forward: blocks
-  for (int l = 0; l < L; ++l) {
-    GatherGuard guard = e.gather(block_unit(l));
-    const BlockParams p(load_params(guard, kBlockParams));
-    block_forward(g, p, a.resid[static_cast<std::size_t>(l)],
-                  a.resid[static_cast<std::size_t>(l) + 1], a.blocks[static_cast<std::size_t>(l)],
-                  w, s);
+  // ---- forward: blocks (through the Checkpointer in training, as the CPU model)
+  std::unique_ptr<Checkpointer> ck;
+  if (backward) {
+    ck = std::make_unique<Checkpointer>(L, s.mc(), ckpt_, *tracker_, impl_->dev.get());
+    ck->forward(blocks, a.x0, a.x_last);
+  } else {
+    // A block copies its input into its slot first, so it may write where it read.
+    for (int l = 0; l < L; ++l) {
+      blocks.forward(l, l == 0 ? a.x0 : a.x_last, a.x_last);
+      blocks.drop(l);
+    }
   }
-  const float* x_last = a.resid[static_cast<std::size_t>(L)];
+  const float* x_last = a.x_last;
   // ---- forward: final LayerNorm
   {
     GatherGuard guard = e.gather(final_unit());
@@ -592,17 +718,9 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
     gs.commit(final_unit(), stream_, tap);
     e.grads_ready(final_unit());
   }
-  // ---- backward: blocks, in reverse
-  for (int l = L - 1; l >= 0; --l) {
-    GatherGuard guard = e.gather(block_unit(l));
-    const BlockParams p(load_params(guard, kBlockParams));
-    GradSink gs(e, block_unit(l), kBlockParams, w.grads);
-    block_backward(g, p, a.blocks[static_cast<std::size_t>(l)],
-                   a.resid[static_cast<std::size_t>(l)], dcur, dnext, gs.ptrs(), w, s);
-    gs.commit(block_unit(l), stream_, tap);
-    e.grads_ready(block_unit(l));
-    std::swap(dcur, dnext);
-  }
+  // ---- backward: blocks, in reverse (segments recomputed by the Checkpointer)
+  ck->backward(blocks, dcur, dnext);
+  std::swap(dcur, dnext);
   // ---- backward: embedding. A lookup's gradient does not depend on the parameters: no gather.
   {
     const UnitId u = embedding_unit();

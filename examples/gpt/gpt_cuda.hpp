@@ -20,7 +20,10 @@
 // (kActivations) and the workspace (f32 parameter and gradient copies, activation gradients,
 // attention scratch: kOther) are sized for the largest batch seen and kept between micro-steps
 // (cudaFree would synchronise the device each time); pinned host staging for the tokens and the
-// per-row losses (kOther). Activation checkpointing is not implemented on the GPU yet.
+// per-row losses (kOther). Activation checkpointing as on the CPU (the blocks run through the
+// library's Checkpointer on the model's stream; with cpu_checkpointing the kept inputs go to
+// pinned memory on a copy stream): a block's activations live in a slot of a pool that holds as
+// many as were ever live at once.
 //
 // Streams: everything is enqueued on the model's stream (the engine's compute stream);
 // forward_backward and forward_loss wait for it before they return (they return the loss).
@@ -74,8 +77,8 @@ class GptCudaModel {
   // collective like any gather.
   double forward_loss(Engine& e, const TokenBatch& batch);
 
-  // Activation checkpointing: only CheckpointPolicy::kNone on the GPU for now; any other policy
-  // is zero::Error(kInvalidArgument).
+  // Activation checkpointing of the blocks, as GptModel::set_checkpointing (gradients bitwise
+  // those without). A policy that does not fit the layer count is zero::Error(kInvalidArgument).
   void set_checkpointing(const CheckpointSpec& spec);
   const CheckpointSpec& checkpointing() const noexcept { return ckpt_; }
 

@@ -119,7 +119,9 @@ inline RunResult train_rank(Communicator& world, const RunSpec& s, EngineOptions
     eo.device_ops = std::make_shared<DiscreteCpuDevice>();
     mlp.device = eo.device_ops.get();
   } else if (eo.device.is_cuda()) {
-    trainer_device = make_device_ops(eo.device, {.cuda_stream = eo.cuda_stream});
+    DeviceOpsOptions o;
+    o.cuda_stream = eo.cuda_stream;
+    trainer_device = make_device_ops(eo.device, o);
     mlp.device = trainer_device.get();
   }
   Communicator& comm = *comm_ptr;
