@@ -240,6 +240,10 @@ void Checkpointer::backward(CheckpointedLayers& layers, const float* grad_out, f
         seg_in = seg_in_.as<float>();
       }
       run_forward(layers, first, last, seg_in, nullptr, /*drop=*/false);
+      if (device_ != nullptr && !device_->host_accessible() && !staged()) {
+        // The recompute reads the kept input on the device: free it after it has run.
+        device_->wait(device_->record(DeviceOps::Lane::kCompute));
+      }
       inputs_[static_cast<std::size_t>(first)].reset();
     }
     for (int l = last - 1; l >= first; --l) {

@@ -43,16 +43,25 @@ class CudaDeviceOps final : public DeviceOps {
   Device device() const noexcept override { return Device::cuda(index_); }
   bool host_accessible() const noexcept override { return false; }
 
+  // Zeroing is enqueued on the compute stream (a plain cudaMemset runs on the legacy default
+  // stream, which a non-blocking compute stream does not wait for).
   Buffer alloc(MemoryTracker& tracker, MemCategory c, std::size_t bytes,
                AllocOptions opts) override {
-    return Buffer::device(tracker, c, bytes, device(), opts);
+    bind();
+    const bool zero = opts.zero;
+    opts.zero = false;
+    Buffer b = Buffer::device(tracker, c, bytes, device(), opts);
+    if (zero) fill(b.data(), 0, b.size());
+    return b;
   }
   void fill(void* dst, unsigned char byte, std::size_t bytes) override {
     if (bytes == 0) return;
+    bind();
     check(cudaMemsetAsync(dst, byte, bytes, compute_), "cudaMemsetAsync", index_);
   }
   void copy(void* dst, const void* src, std::size_t bytes, Lane lane) override {
     if (bytes == 0 || dst == src) return;
+    bind();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(lane)), "cudaMemcpyAsync",
           index_);
   }
@@ -62,10 +71,12 @@ class CudaDeviceOps final : public DeviceOps {
       copy(dst, src, count * dtype_size(src_dtype), Lane::kCompute);
       return;
     }
+    bind();
     detail::kernels::cast(src, src_dtype, dst, dst_dtype, count, compute_);
   }
   void accumulate(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
                   bool first) override {
+    bind();
     detail::kernels::accumulate(dst, dst_dtype, src, src_dtype, count, first, compute_);
   }
   void init_state(const OptimizerParams& params, const ShardRef& shard) override {
@@ -74,15 +85,18 @@ class CudaDeviceOps final : public DeviceOps {
   }
   void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
                       std::int64_t step, float grad_scale) override {
+    bind();
     detail::kernels::optimizer_step(params, shards, count, step, grad_scale, compute_);
   }
   GradStats grad_stats(const void* grad, DType dtype, std::size_t count) override {
+    bind();
     const detail::kernels::GradRef ref{grad, count, dtype};
     return detail::kernels::grad_stats(&ref, 1, compute_);
   }
 
   void join(Lane waiter, Lane on) override {
     if (waiter == on) return;
+    bind();
     cudaEvent_t e = take_event();
     check(cudaEventRecord(e, stream_of(on)), "cudaEventRecord", index_);
     const cudaError_t rc = cudaStreamWaitEvent(stream_of(waiter), e, 0);
@@ -90,6 +104,7 @@ class CudaDeviceOps final : public DeviceOps {
     check(rc, "cudaStreamWaitEvent", index_);
   }
   std::uint64_t record(Lane lane) override {
+    bind();
     cudaEvent_t e = take_event();
     const cudaError_t rc = cudaEventRecord(e, stream_of(lane));
     if (rc != cudaSuccess) spare_.push_back(e);
@@ -115,6 +130,7 @@ class CudaDeviceOps final : public DeviceOps {
     check(rc, "cudaEventSynchronize", index_);
   }
   void synchronize() override {
+    bind();
     check(cudaStreamSynchronize(copy_), "cudaStreamSynchronize(copy)", index_);
     check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize(compute)", index_);
     for (const Point& p : points_) spare_.push_back(p.event);
@@ -123,6 +139,9 @@ class CudaDeviceOps final : public DeviceOps {
   void* stream() const noexcept override { return compute_; }
 
  private:
+  // The engine's device for launches and allocations on this thread (another device may have
+  // been made current since).
+  void bind() const { check(cudaSetDevice(index_), "cudaSetDevice", index_); }
   cudaStream_t stream_of(Lane lane) const { return lane == Lane::kCopy ? copy_ : compute_; }
   cudaEvent_t take_event() {
     if (!spare_.empty()) {

@@ -671,9 +671,9 @@ struct Engine::Impl {
       dev->accumulate(acc_ptr(p.unit), r, reduced, r, s, micro == 0);
     } else if (dev->host_accessible()) {
       detail::accumulate(acc_ptr(p.unit), r, reduced, r, s, micro == 0);
-    } else {  // device -> host, then accumulated on the host
-      dev->copy(grad_landing.data(), reduced, s * dtype_size(r));
-      dev->synchronize();
+    } else {  // device -> host on the copy lane (the collective is complete), then on the host
+      dev->copy(grad_landing.data(), reduced, s * dtype_size(r), DeviceOps::Lane::kCopy);
+      dev->wait(dev->record(DeviceOps::Lane::kCopy));
       detail::accumulate(acc_ptr(p.unit), r, grad_landing.data(), r, s, micro == 0);
     }
     (p.from_grad_pool ? grad_pool : stage_pool)->give(std::move(p.buffer));

@@ -390,6 +390,10 @@ struct GptCudaModel::Impl {
   std::vector<Buffer> slots;
   std::vector<std::size_t> free_slots;
   std::size_t slot_bytes = 0;
+  std::unique_ptr<Checkpointer> ck;  // the blocks' checkpointer, for ck_elems and the policy
+  std::size_t ck_elems = 0;
+  std::string ck_spec;
+  bool ck_cpu = false;
   Buffer tok_host;   // token staging (pinned, kOther): see stage_tokens()
   Buffer tok_dev;    // the same on the device (kOther)
   Buffer loss_host;  // per-row losses read back (pinned, kOther)
@@ -609,6 +613,9 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
           tap(tap),
           load(load),
           held(static_cast<std::size_t>(s.L), SIZE_MAX) {}
+    ~Blocks() override {  // a step that threw: its slots go back to the pool
+      for (int l = 0; l < static_cast<int>(held.size()); ++l) drop(l);
+    }
     LayerActs slot(int l) const {
       LayerActs la;
       la.layout(im.slots[held[static_cast<std::size_t>(l)]].as<float>(), s);
@@ -659,9 +666,19 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
     kernels::embedding_forward(a.x0, d_in, p[0], p[1], B, T, C, stream_);
   }
   // ---- forward: blocks (through the Checkpointer in training, as the CPU model)
-  std::unique_ptr<Checkpointer> ck;
+  Checkpointer* ck = nullptr;
   if (backward) {
-    ck = std::make_unique<Checkpointer>(L, s.mc(), ckpt_, *tracker_, impl_->dev.get());
+    // Kept between micro-steps with its buffers (freeing device memory would synchronise);
+    // made anew for a new activation size or policy.
+    if (impl_->ck == nullptr || impl_->ck_elems != s.mc() || impl_->ck_spec != ckpt_.to_string() ||
+        impl_->ck_cpu != ckpt_.cpu_checkpointing) {
+      impl_->ck.reset();
+      impl_->ck = std::make_unique<Checkpointer>(L, s.mc(), ckpt_, *tracker_, impl_->dev.get());
+      impl_->ck_elems = s.mc();
+      impl_->ck_spec = ckpt_.to_string();
+      impl_->ck_cpu = ckpt_.cpu_checkpointing;
+    }
+    ck = impl_->ck.get();
     ck->forward(blocks, a.x0, a.x_last);
   } else {
     // A block copies its input into its slot first, so it may write where it read.

@@ -12,8 +12,9 @@
 // gradient contributions accumulated before its one grads_ready, the loss scale).
 //
 // Determinism: cuBLAS on one stream and kernels that sum in fixed orders without atomics give
-// the same bits for the same parameters and batch on every run, so stages 1-3 agree bitwise
-// with stage 0 on the GPU. Against the CPU model the results agree to f32 rounding (other
+// the same bits for the same parameters and batch on every run, so on one GPU stages 1-3 agree
+// bitwise with stage 0 (across GPUs NCCL's all-reduce and reduce-scatter may sum in different
+// orders: agreement to rounding). Against the CPU model the results agree to f32 rounding (other
 // summation orders, FMA), not bitwise.
 //
 // Memory: all on the device, charged to the tracker: the activations kept for backward

@@ -44,7 +44,8 @@ class DeviceOps {
 
   // dst[0, bytes) = byte.
   virtual void fill(void* dst, unsigned char byte, std::size_t bytes) = 0;
-  // Any direction between device memory, pinned host memory and (CPU device) host memory.
+  // Any direction between device memory and pinned host memory (and pageable host memory, for
+  // which a CUDA copy is synchronous with the host).
   virtual void copy(void* dst, const void* src, std::size_t bytes, Lane lane = Lane::kCompute) = 0;
   // dst[i] = src[i] converted (round to nearest even). src and dst must not overlap.
   virtual void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype,
