@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "gpt/gpt_cuda_kernels.hpp"
+#include "gpt/gpt_math.hpp"
 #include "kernels/cuda_check.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
@@ -17,14 +18,12 @@ namespace {
 
 using zero::detail::kernels::check_launch;
 
-constexpr int kThreads = 256;                  // elementwise kernels (grid-stride)
-constexpr int kWarp = 32;                      // rows kernels: one warp per row ...
-constexpr int kRowWarps = kThreads / kWarp;    // ... 8 rows per block
-constexpr int kColX = 32;                      // column sums: 32 columns per block ...
-constexpr int kColY = 16;                      // ... each summed by 16 row slices, then in order
-constexpr float kLnEps = 1e-5f;                // GPT-2's LayerNorm epsilon (gpt_model.cpp kLnEps)
-constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2 / pi) (gpt_model.cpp kGeluS)
-constexpr float kGeluA = 0.044715f;            // (gpt_model.cpp kGeluA)
+constexpr int kThreads = 256;                // elementwise kernels (grid-stride)
+constexpr int kWarp = 32;                    // rows kernels: one warp per row ...
+constexpr int kRowWarps = kThreads / kWarp;  // ... 8 rows per block
+constexpr int kColX = 32;                    // column sums: 32 columns per block ...
+constexpr int kColY = 16;                    // ... each summed by 16 row slices, then in order
+using math::kLnEps;                          // gpt_math.hpp: shared with the CPU model
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
@@ -289,18 +288,14 @@ __global__ void softmax_backward_kernel(float* dpre, const float* datt, const fl
 __global__ void gelu_forward_kernel(float* out, const float* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{kThreads} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * kThreads) {
-    const float v = x[i];
-    out[i] = 0.5f * v * (1.0f + tanhf(kGeluS * (v + kGeluA * v * v * v)));
+    out[i] = math::gelu(x[i]);
   }
 }
 
 __global__ void gelu_backward_kernel(float* d, const float* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{kThreads} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * kThreads) {
-    const float v = x[i];
-    const float t = tanhf(kGeluS * (v + kGeluA * v * v * v));
-    const float dt = (1.0f - t * t) * kGeluS * (1.0f + 3.0f * kGeluA * v * v);
-    d[i] *= 0.5f * (1.0f + t) + 0.5f * v * dt;
+    d[i] *= math::gelu_grad(x[i]);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 
+#include "gpt/gpt_math.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
@@ -22,7 +23,7 @@
 namespace zero::gpt {
 namespace {
 
-constexpr float kLnEps = 1e-5f;  // GPT-2's LayerNorm epsilon
+using math::kLnEps;
 constexpr int kBlockParams = 12;
 constexpr std::size_t kAlignFloats = 16;  // activation tensors start on 64-byte boundaries
 
@@ -233,26 +234,15 @@ void layernorm_backward(float* dx, float* dw, float* db, const float* dres, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2; GPT-2's "gelu_new").
-
-constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
+// GELU (gpt_math.hpp, shared with the CUDA kernels).
 
 void gelu_forward(float* out, const float* x, std::size_t n) {
-  for_rows(n, 16, [&](std::size_t i) {
-    const float v = x[i];
-    out[i] = 0.5f * v * (1.0f + std::tanh(kGeluS * (v + kGeluA * v * v * v)));
-  });
+  for_rows(n, 16, [&](std::size_t i) { out[i] = math::gelu(x[i]); });
 }
 
 // d *= gelu'(x), in place.
 void gelu_backward(float* d, const float* x, std::size_t n) {
-  for_rows(n, 16, [&](std::size_t i) {
-    const float v = x[i];
-    const float t = std::tanh(kGeluS * (v + kGeluA * v * v * v));
-    const float dt = (1.0f - t * t) * kGeluS * (1.0f + 3.0f * kGeluA * v * v);
-    d[i] *= 0.5f * (1.0f + t) + 0.5f * v * dt;
-  });
+  for_rows(n, 16, [&](std::size_t i) { d[i] *= math::gelu_grad(x[i]); });
 }
 
 // ---------------------------------------------------------------------------------------------
