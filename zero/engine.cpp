@@ -197,6 +197,8 @@ struct Engine::Impl {
   std::size_t offload_chunk = 0, offload_buffers = 0;
   std::vector<Buffer> staging_grad, staging_param;
   std::vector<std::uint64_t> param_fence;  // per staging buffer: its last copy out (0: none)
+  std::vector<std::uint64_t> grad_fence;   // per staging buffer: its chunk's copy in
+  std::size_t grads_issued = 0;            // chunks whose gradient copy in has been issued
   struct Chunk {
     UnitId unit;
     std::size_t at, count;  // elements, relative to the unit's stepped range
@@ -534,10 +536,12 @@ struct Engine::Impl {
     const std::size_t b = c % offload_buffers;
     const char* grad = acc_ptr(ch.unit) + ch.at * rs;
     if (!grads_on_host()) {
-      Buffer& g = staging_grad[b];
-      dev->copy(g.data(), grad, ch.count * rs, DeviceOps::Lane::kCopy);
-      dev->wait(dev->record(DeviceOps::Lane::kCopy));
-      grad = static_cast<const char*>(g.data());
+      // Double-buffered: chunk c + 1's gradients are copied in while chunk c steps (with two or
+      // more buffers; the buffer it takes was last used by a chunk already stepped).
+      const std::size_t ahead = std::min(chunks.size(), c + (offload_buffers > 1 ? 2 : 1));
+      while (grads_issued < ahead) issue_grad_copy(grads_issued++);
+      dev->wait(grad_fence[b]);
+      grad = static_cast<const char*>(staging_grad[b].data());
     }
     ShardRef part;
     part.count = ch.count;
@@ -568,11 +572,22 @@ struct Engine::Impl {
     if (shard_on_nvme(ch.unit) && ch.at + ch.count == step_count(ch.unit)) store_shard(ch.unit);
   }
 
+  // Chunk c's gradients (stage 1: on the device) into its staging buffer, on the copy lane.
+  void issue_grad_copy(std::size_t c) {
+    const Chunk& ch = chunks[c];
+    const std::size_t rs = dtype_size(r), b = c % offload_buffers;
+    dev->copy(staging_grad[b].data(), acc_ptr(ch.unit) + ch.at * rs, ch.count * rs,
+              DeviceOps::Lane::kCopy);
+    grad_fence[b] = dev->record(DeviceOps::Lane::kCopy);
+  }
+
   void offloaded_step(const OptimizerParams& p, std::int64_t step, float grad_scale) {
     // The copy lane starts after the gradients are complete; the host's next writes to the
     // master and the trainer's next forward come after the last parameter copy.
     dev->join(DeviceOps::Lane::kCopy, DeviceOps::Lane::kCompute);
     param_fence.assign(offload_buffers, 0);
+    grad_fence.assign(offload_buffers, 0);
+    grads_issued = 0;
     offloaded_chunks(p, step, grad_scale);
     dev->wait(dev->record(DeviceOps::Lane::kCopy));
     dev->join(DeviceOps::Lane::kCompute, DeviceOps::Lane::kCopy);
