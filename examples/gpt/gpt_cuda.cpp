@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "gpt/gpt_cuda_kernels.hpp"
+#include "gpt/gpt_gemm.hpp"
 #include "kernels/cuda_check.hpp"
 #include "zero/detail/kernels.hpp"
 #include "zero/dtype.hpp"
@@ -182,10 +183,8 @@ struct BlockParams {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The matmuls. cuBLAS is column-major: a row-major (r x c) matrix X with leading dimension c is,
-// to cuBLAS, the column-major matrix X^T (c x r). So a row-major product Z = X Y is computed as
-// the column-major Z^T = Y^T X^T, and each operand's op() below is read off from which of X or
-// X^T the product needs. Weights are (out, in) row-major, as declared (nn.Linear, llm.c).
+// The matmuls: cuBLAS SGEMMs with the arguments of gpt_gemm.hpp (the column-major mapping of each
+// row-major product, derived and checked on the CPU there).
 
 struct Gpu {
   cublasHandle_t blas;
@@ -195,49 +194,43 @@ struct Gpu {
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
 
+// c = op(a) op(b) with the arguments of gpt_gemm.hpp (each derived and checked on the CPU there).
+void run_gemm(const Gpu& g, const gemm::Gemm& m, const float* a, const float* b, float* c,
+              const char* what) {
+  const cublasOperation_t ta = m.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = m.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (m.count == 1) {
+    cublas_check(
+        cublasSgemm(g.blas, ta, tb, m.m, m.n, m.k, &kOne, a, m.lda, b, m.ldb, &kZero, c, m.ldc),
+        what);
+  } else {
+    cublas_check(
+        cublasSgemmStridedBatched(g.blas, ta, tb, m.m, m.n, m.k, &kOne, a, m.lda, m.stride_a, b,
+                                  m.ldb, m.stride_b, &kZero, c, m.ldc, m.stride_c, m.count),
+        what);
+  }
+}
+
 // out (M x OC) = inp (M x IC) W^T (+ bias), W (OC x IC).
-//   column-major: out^T (OC x M) = W (OC x IC) inp^T (IC x M);
-//   A = W, stored as W^T (IC x OC, ld IC): op T;  B = inp, stored as inp^T (IC x M, ld IC): op N;
-//   C = out^T (OC x M, ld OC).
 void linear_forward(const Gpu& g, float* out, const float* inp, const float* w, const float* bias,
                     int M, int OC, int IC) {
-  cublas_check(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, M, IC, &kOne, w, IC, inp, IC,
-                           &kZero, out, OC),
-               "cublasSgemm (linear forward)");
+  run_gemm(g, gemm::linear_forward(M, OC, IC), w, inp, out, "cublasSgemm (linear forward)");
   if (bias != nullptr) kernels::bias_add(out, bias, M, OC, g.stream);
 }
 
-// dinp (M x IC) = dout (M x OC) W (OC x IC)                      [skipped when dinp is null]
-//   column-major: dinp^T (IC x M) = W^T (IC x OC) dout^T (OC x M);
-//   A = W stored as W^T (IC x OC, ld IC): op N;  B = dout stored as dout^T (OC x M, ld OC): op N;
-//   C = dinp^T (IC x M, ld IC).
-// dW (OC x IC) = dout^T (OC x M) inp (M x IC), overwritten       [skipped when dw is null]
-//   column-major: dW^T (IC x OC) = inp^T (IC x M) dout (M x OC);
-//   A = inp stored as inp^T (IC x M, ld IC): op N;  B = dout stored as dout^T (OC x M, ld OC):
-//   op T;  C = dW^T (IC x OC, ld IC), i.e. dW row-major.
-// db (OC) = column sums of dout                                   [skipped when db is null]
+// dinp (M x IC) = dout W [skipped when dinp is null]; dW (OC x IC) = dout^T inp, overwritten
+// [skipped when dw is null]; db (OC) = column sums of dout [skipped when db is null].
 void linear_backward(const Gpu& g, float* dinp, float* dw, float* db, const float* dout,
                      const float* inp, const float* w, int M, int OC, int IC) {
   if (dw != nullptr) {
-    cublas_check(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, M, &kOne, inp, IC, dout, OC,
-                             &kZero, dw, IC),
-                 "cublasSgemm (linear backward, weight)");
+    run_gemm(g, gemm::linear_weight_grad(M, OC, IC), inp, dout, dw,
+             "cublasSgemm (linear backward, weight)");
   }
   if (db != nullptr) kernels::column_sum(db, dout, M, OC, g.stream);
   if (dinp != nullptr) {
-    cublas_check(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, IC, M, OC, &kOne, w, IC, dout, OC,
-                             &kZero, dinp, IC),
-                 "cublasSgemm (linear backward, input)");
+    run_gemm(g, gemm::linear_input_grad(M, OC, IC), w, dout, dinp,
+             "cublasSgemm (linear backward, input)");
   }
-}
-
-// One strided-batched SGEMM over the B*H heads: C_i = op(A_i) op(B_i), column-major.
-void batched(const Gpu& g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-             const float* a, int lda, long long sa, const float* b, int ldb, long long sb, float* c,
-             int ldc, long long sc, int count, const char* what) {
-  cublas_check(cublasSgemmStridedBatched(g.blas, ta, tb, m, n, k, &kOne, a, lda, sa, b, ldb, sb,
-                                         &kZero, c, ldc, sc, count),
-               what);
 }
 
 // Causal self-attention (gpt_model.cpp attention_forward). qkv (M, 3C) -> q, k, v head-major
@@ -245,23 +238,16 @@ void batched(const Gpu& g, cublasOperation_t ta, cublasOperation_t tb, int m, in
 void attention_forward(const Gpu& g, float* y, float* qkvr, float* att, float* vacc,
                        const float* qkv, const Shape& s) {
   const int T = s.T, hd = s.hd(), BH = s.B * s.H;
-  const long long thd = static_cast<long long>(T) * hd, tt = static_cast<long long>(T) * T;
   float* q = qkvr;
   float* k = qkvr + s.mc();
   float* v = qkvr + 2 * s.mc();
   kernels::qkv_permute(q, k, v, qkv, s.B, T, s.H, hd, g.stream);
-  // scores (T x T) = q (T x hd) k^T.  column-major: scores^T = k q^T;
-  //   A = k stored as k^T (hd x T, ld hd): op T;  B = q stored as q^T (hd x T, ld hd): op N;
-  //   C = scores^T (T x T, ld T).
-  batched(g, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, k, hd, thd, q, hd, thd, att, T, tt, BH,
-          "cublasSgemmStridedBatched (q k^T)");
+  // scores = q k^T, per head
+  run_gemm(g, gemm::scores(BH, T, hd), k, q, att, "cublasSgemmStridedBatched (q k^T)");
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   kernels::softmax_forward(att, static_cast<std::size_t>(BH) * T, T, scale, g.stream);
-  // vacc (T x hd) = att (T x T) v (T x hd).  column-major: vacc^T = v^T att^T;
-  //   A = v stored as v^T (hd x T, ld hd): op N;  B = att stored as att^T (T x T, ld T): op N;
-  //   C = vacc^T (hd x T, ld hd).
-  batched(g, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, v, hd, thd, att, T, tt, vacc, hd, thd, BH,
-          "cublasSgemmStridedBatched (att v)");
+  // vacc = att v, per head
+  run_gemm(g, gemm::att_v(BH, T, hd), v, att, vacc, "cublasSgemmStridedBatched (att v)");
   kernels::heads_to_rows(y, vacc, s.B, T, s.H, hd, g.stream);
 }
 
@@ -270,7 +256,6 @@ void attention_forward(const Gpu& g, float* y, float* qkvr, float* att, float* v
 void attention_backward(const Gpu& g, float* dqkv, float* dqkvr, float* datt, float* dvacc,
                         const float* dy, const float* qkvr, const float* att, const Shape& s) {
   const int T = s.T, hd = s.hd(), BH = s.B * s.H;
-  const long long thd = static_cast<long long>(T) * hd, tt = static_cast<long long>(T) * T;
   const float* q = qkvr;
   const float* k = qkvr + s.mc();
   const float* v = qkvr + 2 * s.mc();
@@ -278,30 +263,16 @@ void attention_backward(const Gpu& g, float* dqkv, float* dqkvr, float* datt, fl
   float* dk = dqkvr + s.mc();
   float* dv = dqkvr + 2 * s.mc();
   kernels::rows_to_heads(dvacc, dy, s.B, T, s.H, hd, g.stream);
-  // datt (T x T) = dvacc (T x hd) v^T.  column-major: datt^T = v dvacc^T;
-  //   A = v stored as v^T (hd x T, ld hd): op T;  B = dvacc stored as dvacc^T (hd x T, ld hd):
-  //   op N;  C = datt^T (T x T, ld T).
-  batched(g, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, v, hd, thd, dvacc, hd, thd, datt, T, tt, BH,
-          "cublasSgemmStridedBatched (dvacc v^T)");
-  // dv (T x hd) = att^T (T x T) dvacc (T x hd).  column-major: dv^T = dvacc^T att;
-  //   A = dvacc stored as dvacc^T (hd x T, ld hd): op N;  B = att stored as att^T (T x T, ld T):
-  //   op T;  C = dv^T (hd x T, ld hd).
-  batched(g, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, dvacc, hd, thd, att, T, tt, dv, hd, thd, BH,
-          "cublasSgemmStridedBatched (att^T dvacc)");
+  // datt = dvacc v^T and dv = att^T dvacc, per head
+  run_gemm(g, gemm::datt(BH, T, hd), v, dvacc, datt, "cublasSgemmStridedBatched (dvacc v^T)");
+  run_gemm(g, gemm::dv(BH, T, hd), dvacc, att, dv, "cublasSgemmStridedBatched (att^T dvacc)");
   // In place: datt becomes dpre, the gradient of the unscaled scores q.k (the scale folded in).
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   kernels::softmax_backward(datt, datt, att, static_cast<std::size_t>(BH) * T, T, scale, g.stream);
   const float* dpre = datt;
-  // dq (T x hd) = dpre (T x T) k (T x hd).  column-major: dq^T = k^T dpre^T;
-  //   A = k stored as k^T (hd x T, ld hd): op N;  B = dpre stored as dpre^T (T x T, ld T): op N;
-  //   C = dq^T (hd x T, ld hd).
-  batched(g, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, k, hd, thd, dpre, T, tt, dq, hd, thd, BH,
-          "cublasSgemmStridedBatched (dpre k)");
-  // dk (T x hd) = dpre^T (T x T) q (T x hd).  column-major: dk^T = q^T dpre;
-  //   A = q stored as q^T (hd x T, ld hd): op N;  B = dpre stored as dpre^T (T x T, ld T): op T;
-  //   C = dk^T (hd x T, ld hd).
-  batched(g, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, q, hd, thd, dpre, T, tt, dk, hd, thd, BH,
-          "cublasSgemmStridedBatched (dpre^T q)");
+  // dq = dpre k and dk = dpre^T q, per head
+  run_gemm(g, gemm::dq(BH, T, hd), k, dpre, dq, "cublasSgemmStridedBatched (dpre k)");
+  run_gemm(g, gemm::dk(BH, T, hd), q, dpre, dk, "cublasSgemmStridedBatched (dpre^T q)");
   kernels::qkv_permute_backward(dqkv, dq, dk, dv, s.B, T, s.H, hd, g.stream);
 }
 
