@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "gpt/gpt_block.hpp"
 #include "gpt/gpt_cuda_kernels.hpp"
 #include "gpt/gpt_gemm.hpp"
 #include "kernels/cuda_check.hpp"
@@ -164,23 +165,7 @@ struct Acts {
   }
 };
 
-struct BlockParams {
-  const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
-      *fcproj_w, *fcproj_b;
-  explicit BlockParams(const std::vector<const float*>& p)
-      : ln1_w(p[0]),
-        ln1_b(p[1]),
-        qkv_w(p[2]),
-        qkv_b(p[3]),
-        proj_w(p[4]),
-        proj_b(p[5]),
-        ln2_w(p[6]),
-        ln2_b(p[7]),
-        fc_w(p[8]),
-        fc_b(p[9]),
-        fcproj_w(p[10]),
-        fcproj_b(p[11]) {}
-};
+using BlockParams = BlockTensors;
 
 // ---------------------------------------------------------------------------------------------
 // The matmuls: cuBLAS SGEMMs with the arguments of gpt_gemm.hpp (the column-major mapping of each

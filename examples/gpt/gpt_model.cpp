@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 
+#include "gpt/gpt_block.hpp"
 #include "gpt/gpt_math.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/dtype.hpp"
@@ -560,22 +561,8 @@ struct GptModel::BlockActs {
   }
 };
 
-struct GptModel::BlockParams {
-  const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
-      *fcproj_w, *fcproj_b;
-  explicit BlockParams(const std::vector<const float*>& p)
-      : ln1_w(p[0]),
-        ln1_b(p[1]),
-        qkv_w(p[2]),
-        qkv_b(p[3]),
-        proj_w(p[4]),
-        proj_b(p[5]),
-        ln2_w(p[6]),
-        ln2_b(p[7]),
-        fc_w(p[8]),
-        fc_b(p[9]),
-        fcproj_w(p[10]),
-        fcproj_b(p[11]) {}
+struct GptModel::BlockParams : BlockTensors {
+  using BlockTensors::BlockTensors;
 };
 
 struct GptModel::BlockGrads {
@@ -937,7 +924,6 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
                     T = static_cast<std::size_t>(batch.seq);
   const std::size_t C = static_cast<std::size_t>(cfg_.dim),
                     V = static_cast<std::size_t>(cfg_.vocab);
-  const std::size_t H = static_cast<std::size_t>(cfg_.heads);
   const int L = cfg_.layers;
   const std::size_t M = B * T;
   const std::size_t f = sizeof(float);

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "engine/gpu_rank.hpp"
 #include "engine/mlp_training.hpp"
 #include "zero/comm.hpp"
-#include "zero/detail/cuda_runtime.hpp"
 #include "zero/engine.hpp"
 
 namespace zero {
@@ -23,24 +23,7 @@ using testing::max_abs_diff;
 using testing::RunResult;
 using testing::RunSpec;
 
-#define REQUIRE_DEVICE()                                                        \
-  do {                                                                          \
-    if (detail::cuda::device_count() == 0) {                                    \
-      GTEST_SKIP() << "no CUDA device: " << detail::cuda::unavailable_reason(); \
-    }                                                                           \
-  } while (0)
-
-// A world of one rank on GPU 0 (legacy default stream), and an engine's options on it.
-std::unique_ptr<Communicator> single_gpu_comm() {
-  Config config;
-  config.comm_timeout_s = 120;
-  CommOptions co;
-  co.backend = "nccl";
-  co.rank = 0;
-  co.size = 1;
-  co.local_rank = 0;
-  return make_communicator(config, co);
-}
+using testing::single_gpu_comm;
 
 EngineOptions on_gpu() {
   EngineOptions eo;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/compare.hpp"
+#include "engine/gpu_rank.hpp"
 #include "gpt/gpt_cuda.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
@@ -32,13 +33,6 @@ namespace {
 
 using zero::testing::bitwise_equal;
 using zero::testing::max_abs_diff;
-
-#define REQUIRE_DEVICE()                                                        \
-  do {                                                                          \
-    if (detail::cuda::device_count() == 0) {                                    \
-      GTEST_SKIP() << "no CUDA device: " << detail::cuda::unavailable_reason(); \
-    }                                                                           \
-  } while (0)
 
 // A short, repetitive text: learnable in a few dozen steps, and no file needed.
 const CharCorpus& corpus() {
@@ -76,13 +70,7 @@ struct GpuRank {
   std::unique_ptr<GptCudaModel> model;
 
   GpuRank(const Config& config, const GptConfig& gcfg) {
-    CommOptions co;
-    co.backend = "nccl";
-    co.rank = 0;
-    co.size = 1;
-    co.local_rank = 0;
-    co.cuda_stream = stream.s;
-    comm = make_communicator(config, co);
+    comm = testing::single_gpu_comm(stream.s);
     EngineOptions eo;
     eo.device = Device::cuda(0);
     eo.cuda_stream = stream.s;
