@@ -278,6 +278,13 @@ struct Engine::Impl {
               ? opts.device_ops
               : make_device_ops(opts.device,
                                 {CpuExecOptions{o.isa, o.optimizer_threads, 0}, opts.cuda_stream});
+    const ZeroOptimizationConfig defaults;
+    if (cfg.zero_optimization.reduce_bucket_size != defaults.reduce_bucket_size ||
+        cfg.zero_optimization.allgather_bucket_size != defaults.allgather_bucket_size) {
+      ZERO_LOG(kInfo,
+               "reduce_bucket_size / allgather_bucket_size merge nothing here: each "
+               "declared unit is one bucket (declare larger units for larger collectives)");
+    }
     const bool nccl = comm.backend() == "nccl";
     ZERO_CHECK(nccl == dev->device().is_cuda(), kConfig, "the engine runs on ",
                dev->device().to_string(), " but the communicator is '", comm.backend(), "' (",
