@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "zero/detail/cuda_runtime.hpp"
+
 #ifndef ZERO_BENCH_BIN
 #error "ZERO_BENCH_BIN must name the zero-bench binary"
 #endif
@@ -148,6 +150,20 @@ TEST(Harness, BadFlagsAreClearErrors) {
   const CmdResult f = run(std::string(ZERO_TRAIN_BIN) + " --memory-budget lots");
   EXPECT_EQ(f.status, 2);
   EXPECT_NE(f.out.find("--memory-budget"), std::string::npos) << f.out;
+  const CmdResult g = run(std::string(ZERO_TRAIN_BIN) + " --device gpu");
+  EXPECT_EQ(g.status, 2);
+  EXPECT_NE(g.out.find("--device expects cpu or cuda"), std::string::npos) << g.out;
+}
+
+// --device cuda where it cannot run (a build without CUDA, or no usable GPU, as on CI): a clear
+// error saying which, never a crash. Where a GPU is present it trains (tools/gpu_check runs it).
+TEST(Train, DeviceCudaWithoutAGpuIsAClearError) {
+  if (zero::detail::cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  const CmdResult r = run(std::string(ZERO_TRAIN_BIN) + " --device cuda --steps 1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  const bool no_build = r.out.find("needs zero-train built with CUDA") != std::string::npos;
+  const bool no_device = r.out.find("zero-train --device cuda: cudaSetDevice") != std::string::npos;
+  EXPECT_TRUE(no_build || no_device) << r.out;
 }
 
 // --help prints every flag the binary takes and exits 0.
@@ -160,8 +176,9 @@ TEST(Harness, HelpListsTheFlags) {
   }
   const CmdResult t = run(std::string(ZERO_TRAIN_BIN) + " --help");
   EXPECT_EQ(t.status, 0) << t.out;
-  for (const char* flag : {"--zero-stage", "--ranks", "--offload-optimizer", "--offload-param",
-                           "--nvme-path", "--memory-budget", "--checkpoint-activations"}) {
+  for (const char* flag :
+       {"--zero-stage", "--ranks", "--offload-optimizer", "--offload-param", "--nvme-path",
+        "--memory-budget", "--checkpoint-activations", "--device"}) {
     EXPECT_NE(t.out.find(flag), std::string::npos) << flag;
   }
 }
