@@ -431,17 +431,7 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
   const GptConfig& cfg = config();
   ZERO_CHECK(e.num_units() > final_unit() && e.unit(final_unit()).name == "ln_f", kInvalidArgument,
              "GptCudaModel: declare() the units first");
-  ZERO_CHECK(batch.rows >= 1 && batch.seq >= 1 && batch.seq <= cfg.seq, kInvalidArgument,
-             "GptCudaModel: batch of ", batch.rows, " rows x seq ", batch.seq,
-             "; the model's seq is ", cfg.seq);
-  ZERO_CHECK(batch.tokens.size() ==
-                 static_cast<std::size_t>(batch.rows) * static_cast<std::size_t>(batch.seq + 1),
-             kInvalidArgument, "GptCudaModel: batch holds ", batch.tokens.size(),
-             " tokens; rows x (seq + 1) = ", batch.rows * (batch.seq + 1));
-  for (std::int32_t t : batch.tokens) {
-    ZERO_CHECK(t >= 0 && t < cfg.vocab, kInvalidArgument, "GptCudaModel: token ", t,
-               " outside the vocabulary [0, ", cfg.vocab, ")");
-  }
+  check_batch(cfg, batch, "GptCudaModel");
   cuda_check(cudaSetDevice(device_), "GptCudaModel: cudaSetDevice");
   const Shape s = shape_of(cfg, batch.rows, batch.seq);
   const int B = s.B, T = s.T, C = s.C, V = s.V, L = s.L, M = s.M();

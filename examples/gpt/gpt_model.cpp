@@ -425,6 +425,20 @@ std::size_t GptConfig::num_params() const {
          static_cast<std::size_t>(layers) * block + 2 * C;
 }
 
+void check_batch(const GptConfig& config, const TokenBatch& batch, const char* model) {
+  ZERO_CHECK(batch.rows >= 1 && batch.seq >= 1 && batch.seq <= config.seq, kInvalidArgument, model,
+             ": batch of ", batch.rows, " rows x seq ", batch.seq, "; the model's seq is ",
+             config.seq);
+  ZERO_CHECK(batch.tokens.size() ==
+                 static_cast<std::size_t>(batch.rows) * static_cast<std::size_t>(batch.seq + 1),
+             kInvalidArgument, model, ": batch holds ", batch.tokens.size(),
+             " tokens; rows x (seq + 1) = ", batch.rows * (batch.seq + 1));
+  for (std::int32_t t : batch.tokens) {
+    ZERO_CHECK(t >= 0 && t < config.vocab, kInvalidArgument, model, ": token ", t,
+               " outside the vocabulary [0, ", config.vocab, ")");
+  }
+}
+
 TokenBatch concat(const std::vector<TokenBatch>& parts) {
   TokenBatch out;
   for (const TokenBatch& p : parts) {
@@ -909,17 +923,7 @@ struct GptModel::BlockLayers : CheckpointedLayers {
 
 double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const GradTap& tap) {
   ZERO_CHECK(declared_, kInvalidArgument, "GptModel: declare() the units first");
-  ZERO_CHECK(batch.rows >= 1 && batch.seq >= 1 && batch.seq <= cfg_.seq, kInvalidArgument,
-             "GptModel: batch of ", batch.rows, " rows x seq ", batch.seq, "; the model's seq is ",
-             cfg_.seq);
-  ZERO_CHECK(batch.tokens.size() ==
-                 static_cast<std::size_t>(batch.rows) * static_cast<std::size_t>(batch.seq + 1),
-             kInvalidArgument, "GptModel: batch holds ", batch.tokens.size(),
-             " tokens; rows x (seq + 1) = ", batch.rows * (batch.seq + 1));
-  for (std::int32_t t : batch.tokens) {
-    ZERO_CHECK(t >= 0 && t < cfg_.vocab, kInvalidArgument, "GptModel: token ", t,
-               " outside the vocabulary [0, ", cfg_.vocab, ")");
-  }
+  check_batch(cfg_, batch, "GptModel");
   const std::size_t B = static_cast<std::size_t>(batch.rows),
                     T = static_cast<std::size_t>(batch.seq);
   const std::size_t C = static_cast<std::size_t>(cfg_.dim),

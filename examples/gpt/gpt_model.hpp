@@ -70,6 +70,10 @@ struct TokenBatch {
   std::int32_t target(int r, int t) const { return input(r, t + 1); }
 };
 
+// Throws zero::Error(kInvalidArgument), naming `model`, unless the batch fits the model: rows and
+// seq >= 1, seq <= config.seq, rows x (seq + 1) tokens, each in [0, vocab).
+void check_batch(const GptConfig& config, const TokenBatch& batch, const char* model);
+
 // Concatenates batches of the same seq (a single rank training on every rank's samples).
 TokenBatch concat(const std::vector<TokenBatch>& parts);
 
