@@ -268,6 +268,30 @@ TEST(GptModel, ActivationBytesAreChargedAsPredictedAndFreed) {
 
 // ---- the data
 
+// A batch that does not fit the model is an error naming the model and what is wrong (the CUDA
+// model runs the same check_batch()).
+TEST(GptModel, BatchesThatDoNotFitAreClearErrors) {
+  const GptConfig cfg{.vocab = 11, .seq = 8, .layers = 1, .dim = 8, .heads = 2};
+  const auto expect_error = [&](const TokenBatch& b, const std::string& what) {
+    try {
+      check_batch(cfg, b, "GptModel");
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(e.message().find("GptModel"), std::string::npos) << e.what();
+      EXPECT_NE(e.message().find(what), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_NO_THROW(check_batch(cfg, random_batch(2, 8, 11, 1), "GptModel"));
+  expect_error(random_batch(2, 9, 11, 1), "the model's seq is 8");
+  TokenBatch short_batch = random_batch(2, 8, 11, 1);
+  short_batch.tokens.pop_back();
+  expect_error(short_batch, "batch holds 17 tokens");
+  TokenBatch bad_token = random_batch(2, 8, 11, 1);
+  bad_token.tokens[5] = 11;
+  expect_error(bad_token, "token 11 outside the vocabulary [0, 11)");
+}
+
 TEST(CharCorpus, NRanksSeeTheSamplesOfOneRankOnTheConcatenatedBatch) {
   REQUIRE_CORPUS();
   const CharCorpus& c = *corpus();
