@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/collective_checks.hpp"
+#include "comm/gpu_rank.hpp"
 #include "zero/comm.hpp"
 #include "zero/detail/cuda_runtime.hpp"
 
@@ -13,16 +14,7 @@ namespace {
 
 bool have_gpu() { return detail::cuda::device_count() > 0; }
 
-std::unique_ptr<Communicator> single_gpu_comm() {
-  Config config;
-  config.comm_timeout_s = 60;
-  CommOptions options;
-  options.backend = "nccl";
-  options.rank = 0;
-  options.size = 1;
-  options.local_rank = 0;
-  return make_communicator(config, options);
-}
+using zero::testing::single_gpu_comm;
 
 #define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
 

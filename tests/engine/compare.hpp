@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "zero/engine.hpp"
+
 namespace zero::testing {
 
 using Tensors = std::vector<std::vector<float>>;
@@ -29,6 +31,20 @@ inline double max_abs_diff(const Tensors& a, const Tensors& b) {
     }
   }
   return d;
+}
+
+// Every parameter of the engine, unit by unit in declaration order, as f32 (its working-dtype
+// values). Stage 3: a collective (every rank must call it).
+inline Tensors read_params(Engine& e) {
+  Tensors params;
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    for (std::size_t p = 0; p < e.unit(u).params.size(); ++p) {
+      std::vector<float> v(e.unit(u).params[p].numel());
+      e.read_param(u, static_cast<int>(p), v.data(), v.size());
+      params.push_back(std::move(v));
+    }
+  }
+  return params;
 }
 
 }  // namespace zero::testing

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/gpu_rank.hpp"
+#include "comm/gpu_rank.hpp"
 #include "engine/mlp_training.hpp"
 #include "zero/comm.hpp"
 #include "zero/engine.hpp"

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/gpu_rank.hpp"
 #include "engine/compare.hpp"
-#include "engine/gpu_rank.hpp"
 #include "gpt/gpt_cuda.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
@@ -33,6 +33,7 @@ namespace {
 
 using zero::testing::bitwise_equal;
 using zero::testing::max_abs_diff;
+using zero::testing::read_params;
 
 // A short, repetitive text: learnable in a few dozen steps, and no file needed.
 const CharCorpus& corpus() {
@@ -109,18 +110,6 @@ GradTap capture_device(Grads& g) {
     convert(raw.data(), v.dtype, out.data(), DType::kF32, v.count);
     store(g, u, p, std::move(out));
   };
-}
-
-std::vector<std::vector<float>> read_params(Engine& e) {
-  std::vector<std::vector<float>> params;
-  for (UnitId u = 0; u < e.num_units(); ++u) {
-    for (std::size_t p = 0; p < e.unit(u).params.size(); ++p) {
-      std::vector<float> v(e.unit(u).params[p].numel());
-      e.read_param(u, static_cast<int>(p), v.data(), v.size());  // stage 3: a collective
-      params.push_back(std::move(v));
-    }
-  }
-  return params;
 }
 
 // ---- (1) the same function as the CPU model

@@ -391,14 +391,7 @@ RunResult train(const RunSpec& s) {
             e, corpus()->batch(Split::kVal, kRowsPerRank, gcfg.seq, comm.rank(), 0, 0)));
       }
     }
-    std::vector<std::vector<float>> params;
-    for (UnitId u = 0; u < e.num_units(); ++u) {
-      for (std::size_t p = 0; p < e.unit(u).params.size(); ++p) {
-        std::vector<float> v(e.unit(u).params[p].numel());
-        e.read_param(u, static_cast<int>(p), v.data(), v.size());  // stage 3: a collective
-        params.push_back(std::move(v));
-      }
-    }
+    std::vector<std::vector<float>> params = zero::testing::read_params(e);  // a collective
     if (comm.rank() == 0) {
       std::lock_guard<std::mutex> lock(mu);
       result.params = std::move(params);
@@ -545,14 +538,7 @@ TEST(GptEngineParity, StageZeroAtNRanksMatchesOneRankOnTheConcatenatedBatch) {
                                                   static_cast<std::uint64_t>(step), 0));
         e.step();
       }
-      std::vector<std::vector<float>> params;
-      for (UnitId u = 0; u < e.num_units(); ++u) {
-        for (std::size_t p = 0; p < e.unit(u).params.size(); ++p) {
-          std::vector<float> v(e.unit(u).params[p].numel());
-          e.read_param(u, static_cast<int>(p), v.data(), v.size());
-          params.push_back(std::move(v));
-        }
-      }
+      std::vector<std::vector<float>> params = zero::testing::read_params(e);
       std::lock_guard<std::mutex> lock(mu);
       if (comm.rank() == 0) out = std::move(params);
     });

@@ -146,14 +146,7 @@ inline RunResult train_rank(Communicator& world, const RunSpec& s, EngineOptions
       if (r.boundary) result.steps.push_back(r);
     }
   }
-  for (UnitId u = 0; u < e.num_units(); ++u) {
-    for (int p = 0; p < 2; ++p) {
-      const std::size_t n = e.unit(u).params[static_cast<std::size_t>(p)].numel();
-      std::vector<float> v(n);
-      e.read_param(u, p, v.data(), n);
-      result.params.push_back(std::move(v));
-    }
-  }
+  result.params = read_params(e);
   result.masters = gather_masters(e);
   // Per parameter, by the layout rule (W at 0, b at the next multiple of 32).
   for (std::size_t l = 0; l < result.masters.size(); ++l) {

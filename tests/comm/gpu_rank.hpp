@@ -1,4 +1,4 @@
-// What the GPU engine tests share: the skip when there is no CUDA device, and one rank's
+// What the GPU tests share: the skip when there is no CUDA device, and one rank's
 // single-GPU NCCL communicator (world size 1 on cuda:0: NCCL refuses two ranks on one GPU).
 #pragma once
 
