@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/gpu_rank.hpp"
 #include "zero/detail/cuda_runtime.hpp"
 #include "zero/detail/kernels.hpp"
 #include "zero/dtype.hpp"
@@ -27,13 +28,6 @@ namespace {
 namespace k = detail::kernels;
 
 bool have_device() { return detail::cuda::device_count() > 0; }
-
-#define REQUIRE_DEVICE()                                                        \
-  do {                                                                          \
-    if (!have_device()) {                                                       \
-      GTEST_SKIP() << "no CUDA device: " << detail::cuda::unavailable_reason(); \
-    }                                                                           \
-  } while (0)
 
 void ok(cudaError_t e, const char* what) {
   ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
