@@ -136,7 +136,6 @@ class CudaDeviceOps final : public DeviceOps {
     for (const Point& p : points_) spare_.push_back(p.event);
     points_.clear();
   }
-  void* stream() const noexcept override { return compute_; }
 
  private:
   // The engine's device for launches and allocations on this thread (another device may have

@@ -68,8 +68,6 @@ class DeviceOps {
   virtual void wait(std::uint64_t point) = 0;
   // Blocks the host until both lanes are idle.
   virtual void synchronize() = 0;
-  // The compute stream (a cudaStream_t; null for the legacy default stream and the CPU).
-  virtual void* stream() const noexcept = 0;
 };
 
 struct DeviceOpsOptions {
@@ -104,9 +102,6 @@ class CpuDeviceOps : public DeviceOps {
   std::uint64_t record(Lane) override { return 0; }
   void wait(std::uint64_t) override {}
   void synchronize() override {}
-  void* stream() const noexcept override { return nullptr; }
-
-  const CpuOptimizer& optimizer() const noexcept { return optimizer_; }
 
  private:
   CpuOptimizer optimizer_;
