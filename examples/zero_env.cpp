@@ -60,7 +60,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> nvme_dirs;
   for (const auto* o :
        {&cfg.zero_optimization.offload_optimizer, &cfg.zero_optimization.offload_param}) {
-    if (o->device == "nvme") nvme_dirs.push_back(o->nvme_path);
+    if (o->device == zero::OffloadDevice::kNvme) nvme_dirs.push_back(o->nvme_path);
   }
   for (std::size_t i = 0; i < rest.size(); ++i) {
     if (rest[i] == "--mib" && i + 1 < rest.size()) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -85,22 +86,16 @@ ChunkSwapper::ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chun
       aio_(o_.aio) {
   ZERO_CHECK(!parts_.empty() && parts_.size() <= kMaxParts, kInvalidArgument, "ChunkSwapper: 1 to ",
              kMaxParts, " parts, got ", parts_.size());
-  std::size_t max_slot = 0;
-  charged_.assign(parts_.size(), 0);
-  for (std::size_t c = 0; c < elems_.size(); ++c) {
-    slot_offset_.push_back(file_bytes_);
-    std::size_t slot = 0;
-    for (std::size_t k = 0; k < parts_.size(); ++k) {
-      const std::size_t b = align_up(elems_[c] * parts_[k].elem_bytes);
-      slot += b;
-      charged_[k] += b;
-    }
-    file_bytes_ += slot;
-    max_slot = std::max(max_slot, slot);
+  const Footprint f = footprint(elems_, parts_);
+  charged_ = f.part_bytes;
+  file_bytes_ = f.file_bytes;
+  for (std::size_t c = 0, at = 0; c < elems_.size(); ++c) {
+    slot_offset_.push_back(at);
+    for (std::size_t k = 0; k < parts_.size(); ++k) at += part_bytes(c, k);
   }
   for (std::size_t b = 0; b < o_.buffer_count; ++b) {
-    staging_.push_back(Buffer::pinned(tracker, MemCategory::kOffloadStaging,
-                                      max_slot + kDirectAlignment, {.prefault = true}));
+    staging_.push_back(Buffer::pinned(tracker, MemCategory::kOffloadStaging, f.staging_buffer_bytes,
+                                      {.prefault = true}));
     auto p = reinterpret_cast<std::uintptr_t>(staging_.back().data());
     aligned_.push_back(reinterpret_cast<char*>(align_up(p)));
   }
@@ -108,6 +103,25 @@ ChunkSwapper::ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chun
   for (std::size_t k = 0; k < parts_.size(); ++k) {
     tracker_->charge(parts_[k].category, MemTier::kNvme, charged_[k]);
   }
+}
+
+ChunkSwapper::Footprint ChunkSwapper::footprint(const std::vector<std::size_t>& chunk_elems,
+                                                const std::vector<Part>& parts) {
+  Footprint f;
+  f.part_bytes.assign(parts.size(), 0);
+  std::size_t max_slot = 0;
+  for (std::size_t n : chunk_elems) {
+    std::size_t slot = 0;
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      const std::size_t b = align_up(n * parts[k].elem_bytes);
+      slot += b;
+      f.part_bytes[k] += b;
+    }
+    f.file_bytes += slot;
+    max_slot = std::max(max_slot, slot);
+  }
+  f.staging_buffer_bytes = max_slot + kDirectAlignment;
+  return f;
 }
 
 ChunkSwapper::~ChunkSwapper() {

@@ -72,6 +72,17 @@ class ChunkSwapper {
     char* part[kMaxParts] = {};
   };
 
+  // What a swapper of these chunks and parts takes: file bytes per part (each part of each chunk
+  // padded to kDirectAlignment) and the pinned bytes of one staging buffer (the largest slot,
+  // plus room to align its start). The constructor charges exactly this; the planner sums it.
+  struct Footprint {
+    std::vector<std::size_t> part_bytes;  // per part, over all chunks
+    std::size_t file_bytes = 0;
+    std::size_t staging_buffer_bytes = 0;
+  };
+  static Footprint footprint(const std::vector<std::size_t>& chunk_elems,
+                             const std::vector<Part>& parts);
+
   // REQUIRES: 1 <= parts.size() <= kMaxParts. Allocates buffer_count staging buffers (pinned
   // tier, kOffloadStaging) of the largest slot (none for 0: then only read_slot / write_slot
   // with the caller's buffers) and creates the file.

@@ -180,8 +180,25 @@ class Reader {
 constexpr std::int64_t kMax = INT64_MAX;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+}  // namespace
+
+std::string_view to_string(OffloadDevice d) noexcept {
+  switch (d) {
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+    case OffloadDevice::kNone: break;
+  }
+  return "none";
+}
+
+namespace {
+
 void read_offload(Reader r, OffloadConfig& o, bool optimizer) {
-  r.get("device", o.device, {"none", "cpu", "nvme"});
+  std::string device(to_string(o.device));
+  r.get("device", device, {"none", "cpu", "nvme"});
+  o.device = device == "cpu"    ? OffloadDevice::kCpu
+             : device == "nvme" ? OffloadDevice::kNvme
+                                : OffloadDevice::kNone;
   r.get("nvme_path", o.nvme_path);
   r.get("pin_memory", o.pin_memory);
   r.get_int("buffer_count", o.buffer_count, 1, 1024);
@@ -196,7 +213,7 @@ void read_offload(Reader r, OffloadConfig& o, bool optimizer) {
   } else {
     r.get_int("max_in_cpu", o.max_in_cpu, 0, kMax);
   }
-  if (o.device == "nvme" && o.nvme_path.empty()) {
+  if (o.device == OffloadDevice::kNvme && o.nvme_path.empty()) {
     r.fail_msg("nvme_path", "required when device is \"nvme\"");
   }
   r.finish();
@@ -206,9 +223,9 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   r.get_int("stage", z.stage, 0, 3);
   r.get("contiguous_gradients", z.contiguous_gradients);
   r.get("reduce_scatter", z.reduce_scatter);
-  r.get_int("reduce_bucket_size", z.reduce_bucket_size, 1, kMax);
+  r.get_int("reduce_bucket_size", z.reduce_bucket_size, 0, kMax);
   r.get("allgather_partitions", z.allgather_partitions);
-  r.get_int("allgather_bucket_size", z.allgather_bucket_size, 1, kMax);
+  r.get_int("allgather_bucket_size", z.allgather_bucket_size, 0, kMax);
   if (z.stage == 3) z.overlap_comm = true;  // DeepSpeed's default for stage 3
   r.get("overlap_comm", z.overlap_comm);
   r.get("load_from_fp32_weights", z.load_from_fp32_weights);
@@ -234,7 +251,8 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
                  z.stage, ")");
     }
     if (z.offload_param.enabled()) {
-      r.fail_msg("offload_param.device", "parameter offload (\"" + z.offload_param.device +
+      r.fail_msg("offload_param.device", "parameter offload (\"" +
+                                             std::string(to_string(z.offload_param.device)) +
                                              "\") requires zero_optimization.stage = 3, stage is " +
                                              std::to_string(z.stage));
     }
@@ -494,7 +512,7 @@ void Config::validate_for_world_size(int world_size) const {
 std::string Config::to_json() const {
   const auto& z = zero_optimization;
   auto off = [](const OffloadConfig& o) {
-    return json{{"device", o.device},
+    return json{{"device", std::string(to_string(o.device))},
                 {"nvme_path", o.nvme_path},
                 {"pin_memory", o.pin_memory},
                 {"buffer_count", o.buffer_count},

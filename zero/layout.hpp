@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "zero/engine.hpp"
+#include "zero/unit.hpp"
 
 namespace zero::detail {
 

@@ -19,18 +19,25 @@
 namespace zero {
 
 // ---- zero_optimization.offload_optimizer / offload_param
+
+// Where offloaded state lives: nowhere (kNone), pinned host memory (kCpu) or NVMe files (kNvme).
+// Parsed once from the config's "none" | "cpu" | "nvme".
+enum class OffloadDevice : std::uint8_t { kNone, kCpu, kNvme };
+// "none", "cpu", "nvme".
+std::string_view to_string(OffloadDevice d) noexcept;
+
 struct OffloadConfig {
-  std::string device = "none";              // none | cpu | nvme
-  std::string nvme_path;                    // required with device = nvme; a directory
-  bool pin_memory = false;                  // stage state in page-locked host memory
-  std::int64_t buffer_count = 4;            // staging buffers (DeepSpeed: 4 optimizer, 5 param)
-  std::int64_t buffer_size = 100'000'000;   // elements per staging buffer (offload_param)
-  bool pipeline_read = false;               // nvme: read chunk i+1 while stepping chunk i
-  bool pipeline_write = false;              // nvme: write chunk i-1 while stepping chunk i
-  double ratio = 1.0;                       // offload_optimizer: fraction of state offloaded
-  std::int64_t max_in_cpu = 1'000'000'000;  // offload_param: elements kept in host memory
-  bool fast_init = false;                   // accepted for compatibility; no effect
-  bool enabled() const { return device != "none"; }
+  OffloadDevice device = OffloadDevice::kNone;  // "none" | "cpu" | "nvme"
+  std::string nvme_path;                        // required with device = nvme; a directory
+  bool pin_memory = false;                      // stage state in page-locked host memory
+  std::int64_t buffer_count = 4;                // staging buffers (DeepSpeed: 4 optimizer, 5 param)
+  std::int64_t buffer_size = 100'000'000;       // elements per staging buffer (offload_param)
+  bool pipeline_read = false;                   // nvme: read chunk i+1 while stepping chunk i
+  bool pipeline_write = false;                  // nvme: write chunk i-1 while stepping chunk i
+  double ratio = 1.0;                           // offload_optimizer: fraction of state offloaded
+  std::int64_t max_in_cpu = 1'000'000'000;      // offload_param: elements kept in host memory
+  bool fast_init = false;                       // accepted for compatibility; no effect
+  bool enabled() const { return device != OffloadDevice::kNone; }
 };
 
 // DeepSpeed keeps 5 staging buffers for parameters, 4 for optimizer state.
@@ -45,10 +52,15 @@ struct ZeroOptimizationConfig {
   int stage = 0;  // 0..3
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
-  std::int64_t reduce_bucket_size = 500'000'000;  // elements
+  // Consecutive units whose gradients are reduced in one collective, up to this many elements
+  // (DeepSpeed's meaning; its default is 5e8). 0 (the default here): one collective per unit,
+  // which keeps stage 2's gradients in flight to one unit; set it to merge small units.
+  std::int64_t reduce_bucket_size = 0;  // elements
   bool allgather_partitions = true;
-  std::int64_t allgather_bucket_size = 500'000'000;  // elements
-  bool overlap_comm = false;                         // DeepSpeed turns it on for stage 3
+  // Stages 1-2: consecutive units all-gathered after the step in one collective, up to this many
+  // elements. 0 (the default here; DeepSpeed's is 5e8): one all-gather per unit.
+  std::int64_t allgather_bucket_size = 0;  // elements
+  bool overlap_comm = false;               // DeepSpeed turns it on for stage 3
   bool load_from_fp32_weights = true;
   bool round_robin_gradients = false;
   std::int64_t sub_group_size = 1'000'000'000;  // elements per optimizer sub-group

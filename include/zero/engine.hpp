@@ -13,20 +13,29 @@
 //   stage 3  params W·S (+ gathered units, + units below the persistence threshold kept whole),
 //            master 4S, state K·S, gradients R·S + the units in flight
 //
-// With f32 training the master parameters are the parameters (no copy). Gradient accumulation:
-// stages 0-1 accumulate locally and reduce once at the boundary; stages 2-3 reduce every
-// micro-step into the R-typed shard. R is fp32 for 16-bit training unless
-// communication_data_type says otherwise.
+// With f32 training the master parameters are the parameters (no copy). Gradient accumulation
+// has DeepSpeed's meaning: every micro-step the trainer writes the gradient of its micro-batch's
+// mean loss; the step's gradient, its reported grad_norm and the clipping are those of the mean
+// over N x A micro-batches (N ranks, A = gradient_accumulation_steps). The reductions average
+// over ranks; the micro-steps are summed (stages 0-1 locally, reducing once at the boundary;
+// stages 2-3 reduce every micro-step into the R-typed shard) and the sum is divided by A at the
+// step, folded into the one factor that also unscales and clips (LossScaler::grad_scale). R is
+// fp32 for 16-bit training unless communication_data_type says otherwise.
 //
 // Two ways in:
-//  - managed (this class): the engine owns parameters and gradients and hands out views.
+//  - managed: the engine owns parameters and gradients and hands out views.
 //    Per micro-step: for each unit, `auto g = gather(u)` (stage 3 all-gathers and prefetches the
 //    next unit in the recorded order), compute with g.param(i); in backward, again gather(u),
 //    write the unit's gradients into grad(u, i) (zeroed when first asked for in a micro-step;
 //    accumulate into it within the micro-step), then grads_ready(u) (stages 2-3 launch the
-//    unit's reduce-scatter and go on). step() after every micro-step: it applies the update at
-//    the gradient accumulation boundary and returns what it did.
-//  - attach (AttachedOptimizer, zero/attach.hpp): the trainer keeps its own flat buffers.
+//    reduce-scatter of the unit's bucket when it is complete and go on). step() after every
+//    micro-step: it applies the update at the accumulation boundary and returns what it did.
+//  - attach (Engine::attach): the trainer keeps its own flat buffers and calls step() after
+//    every micro-step too.
+//
+// How the engine is built (zero/): the placement (what lives where, computed once and summed by
+// the planner), the gradient reducer, the parameter gatherer, and offload/'s offloaded
+// optimizer; README.md's "Architecture" section walks through them.
 //
 // Every allocation is charged to the rank's MemoryTracker (memory_report()).
 //
@@ -49,21 +58,9 @@
 #include "zero/device_ops.hpp"
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
+#include "zero/unit.hpp"
 
 namespace zero {
-
-using UnitId = int;
-
-struct ParamSpec {
-  std::string name;
-  std::vector<std::int64_t> shape;  // every extent >= 1
-  std::size_t numel() const;
-};
-
-struct UnitSpec {
-  std::string name;
-  std::vector<ParamSpec> params;  // at least one
-};
 
 struct EngineOptions {
   // Each parameter starts on a multiple of this many elements; units are padded to a multiple
@@ -149,21 +146,24 @@ class Engine {
  public:
   // REQUIRES: comm outlives the engine. Reads the stage, precision, optimizer, scheduler,
   // clipping, accumulation and bucket keys of `config` (validated there); throws kConfig for a
-  // combination this engine cannot run (e.g. offload before the offload work lands).
+  // combination this engine cannot run (e.g. offload_param = nvme without optimizer offload, a
+  // CUDA device without NCCL), naming the keys.
   Engine(Communicator& comm, const Config& config, EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Attach mode: the smallest change to a trainer that owns one flat parameter buffer and one
-  // flat gradient buffer (llm.c style). Stages 0-2. The trainer computes its gradients into
-  // `grads` (accumulating over micro-steps itself; gradient_accumulation_steps must be 1) and
-  // calls step() where it called its optimizer. The buffers hold `numel` parameters of `dtype`
-  // (the config's working dtype) and have room for `capacity` >= attach_capacity(numel, N)
-  // elements (the padding is zeroed and stepped). Rank 0's parameters are broadcast at attach.
-  // After step() the gradient buffer's content is unspecified (reduced in place when it can
-  // be); the trainer zeroes it as before. Stage 2 keeps whole gradients here (the trainer owns
-  // them): its gradient savings need the managed engine.
+  // flat gradient buffer (llm.c style). Stages 0-2. Each micro-step the trainer computes the
+  // gradient of its micro-batch's mean loss into `grads` and calls step() where it called its
+  // optimizer (with gradient_accumulation_steps A > 1: after every micro-step, as in managed
+  // mode; StepResult::boundary says when the update ran). The buffers hold `numel` parameters of
+  // `dtype` (the config's working dtype) and have room for `capacity` >= attach_capacity(numel,
+  // N) elements (the padding is zeroed and stepped). Rank 0's parameters are broadcast at attach.
+  // After each step() the gradient buffer's content is unspecified (reduced in place when it
+  // can be: W == R and A == 1; otherwise the engine keeps its own R-typed accumulation); the
+  // trainer zeroes it before the next backward, as before. Stage 2 keeps whole gradients here
+  // (the trainer owns them): its gradient savings need the managed engine.
   static std::unique_ptr<Engine> attach(Communicator& comm, const Config& config, void* params,
                                         void* grads, std::size_t numel, std::size_t capacity,
                                         DType dtype, EngineOptions options = {});
@@ -209,8 +209,8 @@ class Engine {
   std::int64_t micro_step() const noexcept;  // micro-steps since the last boundary
 
   // Bytes of the engine's pools (included in the tracker's categories): gradient buffers of
-  // units in flight (kGradients), reduce-scatter staging (kCommBuffers), gathered stage-3 units
-  // (kParams16). Pools grow to what the run needs and are kept for reuse.
+  // units in flight (kGradients), reduction and merged-bucket staging (kCommBuffers), gathered
+  // stage-3 units (kParams16). Pools grow to what the run needs and are kept for reuse.
   struct Buffers {
     std::size_t in_flight_grads = 0;
     std::size_t reduce_staging = 0;
@@ -242,6 +242,7 @@ class Engine {
   View param_view(UnitId u, int i) const;
 
   struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -55,9 +55,11 @@ class LossScaler {
   // Restores a saved state (checkpoint). REQUIRES: scale finite > 0, cur_hysteresis >= 1.
   void load_state(const State& s);
 
-  // The factor the optimizer multiplies gradients by: clip_coefficient / scale().
-  float grad_scale(double clip_coefficient = 1.0) const noexcept {
-    return static_cast<float>(clip_coefficient / state_.scale);
+  // The factor the optimizer multiplies gradients by: clip_coefficient / (scale() x divisor),
+  // one rounding. The engine passes gradient_accumulation_steps as the divisor (the step's
+  // gradient is the mean over the micro-steps); scale() x 1 is exact, so divisor 1 changes no bit.
+  float grad_scale(double clip_coefficient = 1.0, double divisor = 1.0) const noexcept {
+    return static_cast<float>(clip_coefficient / (state_.scale * divisor));
   }
 
   // Records this step's overflow status and returns true when the optimizer step should run

@@ -44,10 +44,11 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-TEST(Config, DefaultsAreDeepSpeeds) {
+TEST(Config, DefaultsAreDeepSpeedsButTheBucketSizes) {
   const Config c = parse_config("{}");
   EXPECT_EQ(c.zero_optimization.stage, 0);
-  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 0);  // unset: one collective per unit
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 0);
   EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100'000);
   EXPECT_EQ(c.zero_optimization.offload_optimizer.buffer_count, 4);
   EXPECT_EQ(c.zero_optimization.offload_param.buffer_count, 5);
@@ -65,7 +66,7 @@ TEST(Config, DefaultsAreDeepSpeeds) {
 TEST(Config, DeepSpeedStage3CpuOffloadExampleLoads) {
   const Config c = load_config(kFixtures + "/ds_zero3_cpu_offload.json");
   EXPECT_EQ(c.zero_optimization.stage, 3);
-  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "cpu");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, OffloadDevice::kCpu);
   EXPECT_TRUE(c.zero_optimization.offload_param.pin_memory);
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 940'000);
   EXPECT_EQ(c.zero_optimization.sub_group_size, 1'000'000'000);
@@ -89,7 +90,7 @@ TEST(Config, DeepSpeedStage3CpuOffloadExampleLoads) {
 TEST(Config, DeepSpeedStage2NvmeExampleLoads) {
   const Config c = load_config(kFixtures + "/ds_zero2_nvme.json");
   EXPECT_EQ(c.zero_optimization.stage, 2);
-  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, "nvme");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, OffloadDevice::kNvme);
   EXPECT_EQ(c.zero_optimization.offload_optimizer.nvme_path, "/local_nvme");
   EXPECT_TRUE(c.bf16.enabled);
   EXPECT_FALSE(c.optimizer.adam_w_mode);
@@ -110,7 +111,7 @@ const BadCase kBad[] = {
     {R"({"zero_optimization":{"stage":2.5}})", "zero_optimization.stage"},
     {R"({"zero_optimization":{"stagee":2}})", "zero_optimization.stagee"},
     {R"({"zero_optimizaton":{"stage":2}})", "zero_optimizaton"},
-    {R"({"zero_optimization":{"reduce_bucket_size":0}})", "zero_optimization.reduce_bucket_size"},
+    {R"({"zero_optimization":{"reduce_bucket_size":-1}})", "zero_optimization.reduce_bucket_size"},
     {R"({"zero_optimization":{"allgather_bucket_size":-5}})",
      "zero_optimization.allgather_bucket_size"},
     {R"({"zero_optimization":{"overlap_comm":"yes"}})", "zero_optimization.overlap_comm"},

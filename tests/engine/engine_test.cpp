@@ -513,9 +513,6 @@ TEST(EngineAttach, BadBuffersAndConfigsAreClearErrors) {
     const Config c3 = parse_config(R"({"zero_optimization": {"stage": 3}})");
     expect_error([&] { Engine::attach(comm, c3, p.data(), g.data(), 10, 100, DType::kF32); },
                  ErrorCode::kConfig, "stage");
-    const Config ga = parse_config(R"({"gradient_accumulation_steps": 4})");
-    expect_error([&] { Engine::attach(comm, ga, p.data(), g.data(), 10, 100, DType::kF32); },
-                 ErrorCode::kConfig, "gradient_accumulation_steps");
     const Config bf = parse_config(R"({"bf16": {"enabled": true}})");
     expect_error([&] { Engine::attach(comm, bf, p.data(), g.data(), 10, 100, DType::kF32); },
                  ErrorCode::kConfig, "bf16");

@@ -1,0 +1,30 @@
+// zero/unit.hpp — what a trainer declares to the engine: units and their parameters.
+//
+// A unit (a layer, a block) is the granularity of gather and reduce: its parameters are laid
+// out in one flat buffer and sharded together (DESIGN.md). Units are numbered 0, 1, ... in the
+// order they are declared.
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+using UnitId = int;
+
+struct ParamSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;  // every extent >= 1
+  std::size_t numel() const;
+};
+
+struct UnitSpec {
+  std::string name;
+  std::vector<ParamSpec> params;  // at least one
+};
+
+}  // namespace zero

@@ -1,0 +1,100 @@
+// offload/offloaded_optimizer.hpp — the optimizer step with the fp32 master and the optimizer
+// state off the device (offload_optimizer.device = cpu | nvme): the chunk pipeline.
+//
+// What it owns: the master and state (cpu: in pinned host memory; nvme: in one swap file per
+// rank under nvme_path, written from the working parameters when first needed, as set_param
+// would have made the master), the chunks of the placement, `buffer_count` persistent pinned
+// staging buffers per direction (gradient chunk in, updated 16-bit chunk out) and their fences.
+//
+// One step streams every stepped range chunk by chunk: the gradient chunk copied in (device ->
+// pinned; stage 1 only: stages 2-3 keep the gradient partition on the host already), the fused
+// step on the host master and state (resident in pinned memory, or the swapper's staging slot:
+// read chunk c+1 while chunk c steps while chunk c-1 is written back), the updated parameters
+// copied back to the device. On a CUDA build the copies are device<->host transfers on the copy
+// lane (chunk c+1's gradients copied in while chunk c steps; a staging buffer reused only after
+// its last copy out has landed); on the CPU device both sides are host memory, so the pipeline
+// runs and is tested and the host tier saves nothing.
+//
+// Thread safety: belongs to one rank's engine; used from the rank's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "offload/nvme_swapper.hpp"
+#include "zero/config.hpp"
+#include "zero/device_ops.hpp"
+#include "zero/optimizer.hpp"
+#include "zero/placement.hpp"
+
+namespace zero::offload {
+
+// What the offloaded optimizer needs of the engine's other rooms (the reducer's gradients, the
+// gatherer's working parameters).
+class ShardAccess {
+ public:
+  virtual ~ShardAccess() = default;
+  // Unit u's reduced gradients over its stepped range (R; device memory or, with the partition
+  // on the host, pinned).
+  virtual const char* grads(UnitId u) = 0;
+  // Unit u's working parameters over its stepped range (device memory, or host memory when
+  // params_on_nvme(u): the window between load_params(u) and store_params(u)).
+  virtual char* params(UnitId u) = 0;
+  virtual bool params_on_nvme(UnitId u) = 0;
+  virtual void load_params(UnitId u) = 0;
+  virtual void store_params(UnitId u) = 0;
+};
+
+class OffloadedOptimizer {
+ public:
+  // REQUIRES: placement.offloaded; placement, dev, host and access outlive this.
+  OffloadedOptimizer(const detail::Placement& placement, const Config& config, DeviceOps& dev,
+                     const CpuOptimizer& host, const OptimizerParams& params,
+                     MemoryTracker& tracker, ShardAccess& access);
+  OffloadedOptimizer(const OffloadedOptimizer&) = delete;
+  OffloadedOptimizer& operator=(const OffloadedOptimizer&) = delete;
+
+  // One update of every stepped range (params.lr set by the caller). `step` is 1-based.
+  void step(const OptimizerParams& params, std::int64_t step, float grad_scale);
+
+  // The master / state k of unit u's stepped range in pinned memory; kInvalidArgument naming the
+  // tier with NVMe (use the copies).
+  float* master(UnitId u);
+  char* state(UnitId u, int k);
+  // Copies of unit u's stepped master / state k to host memory `out`, from whichever tier.
+  void copy_master(UnitId u, float* out);
+  void copy_state(UnitId u, int k, void* out);
+  // The working parameters [lo, hi) of unit u's stepped range changed (set_param, attach):
+  // the master follows (NVMe: once the file exists; before, it is made from them).
+  void refresh_master(UnitId u, std::size_t lo, std::size_t hi);
+
+ private:
+  void chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,
+                  char* const* state_part, std::int64_t step, float grad_scale);
+  void issue_grad_copy(std::size_t c);
+  void write_nvme_state();
+  void nvme_unit_pass(
+      UnitId u, bool write,
+      const std::function<void(const detail::Chunk&, const ChunkSwapper::Staged&)>& fn);
+
+  const detail::Placement& placement_;
+  DeviceOps& dev_;
+  const CpuOptimizer& host_;
+  const OptimizerParams& params_;
+  MemoryTracker& tracker_;
+  ShardAccess& access_;
+  DType w_, r_;
+  Buffer master_;
+  std::vector<Buffer> state_;
+  std::vector<Buffer> staging_grad_, staging_param_;
+  std::vector<std::uint64_t> param_fence_;  // per staging buffer: its last copy out (0: none)
+  std::vector<std::uint64_t> grad_fence_;   // per staging buffer: its chunk's copy in
+  std::size_t grads_issued_ = 0;            // chunks whose gradient copy in has been issued
+  std::unique_ptr<ChunkSwapper> swapper_;
+  bool nvme_written_ = false;
+};
+
+}  // namespace zero::offload

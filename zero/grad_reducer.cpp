@@ -1,0 +1,318 @@
+// The gradient reducer (see zero/grad_reducer.hpp).
+#include "zero/grad_reducer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "zero/error.hpp"
+#include "zero/grad_accumulate.hpp"
+#include "zero/log.hpp"
+
+namespace zero::detail {
+
+// ---- GradReducer
+
+GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
+                         const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads)
+    : placement_(placement),
+      comm_(comm),
+      dev_(dev),
+      host_(host),
+      trainer_grads_(trainer_grads),
+      w_(placement.in.working),
+      r_(placement.in.reduce),
+      acc_(allocate(placement.grads, dev, tracker, {.zero = true})),
+      grad_landing_(allocate(placement.grad_landing, dev, tracker)),
+      stats_scratch_(allocate(placement.stats_scratch, dev, tracker)),
+      grad_pool_(dev, tracker, placement.grad_pool),
+      reduce_pool_(dev, tracker, placement.reduce_pool),
+      bucket_pool_(dev, tracker, placement.bucket_pool),
+      units_(placement.num_units()),
+      bucket_staging_(placement.reduce_buckets.size()),
+      bucket_left_(placement.reduce_buckets.size(), 0) {}
+
+GradReducer::~GradReducer() {
+  // Collectives still in flight reference these buffers: let them finish first.
+  for (Pending& p : pending_) {
+    try {
+      p.handle.wait();
+    } catch (const std::exception& e) {
+      ZERO_LOG(kWarn, "a gradient reduction in flight at shutdown failed: ", e.what());
+    }
+  }
+}
+
+char* GradReducer::acc_base() const {
+  return placement_.grads_in_trainer ? trainer_grads_ : static_cast<char*>(acc_.data());
+}
+
+char* GradReducer::unit_acc(UnitId u) const {
+  return at(acc_base(), placement_.unit(u).grads_offset, r_);
+}
+
+char* GradReducer::step_grads(UnitId u) {
+  return at(acc_base(), placement_.step_grads_offset(u), r_);
+}
+
+char* GradReducer::unit_grads(UnitId u) {
+  UnitState& us = units_[static_cast<std::size_t>(u)];
+  if (us.grad.empty()) {
+    us.grad = grad_pool_.take();
+    dev_.fill(us.grad.data(), 0, placement_.lay(u).padded * dtype_size(w_));
+  }
+  return static_cast<char*>(us.grad.data());
+}
+
+void GradReducer::grads_ready(UnitId u) {
+  UnitState& us = units_[static_cast<std::size_t>(u)];
+  (void)unit_grads(u);  // no gradient written: a zero gradient
+  us.ready = true;
+  const UnitLayout& ul = placement_.lay(u);
+  if (!placement_.in.policy.shard_gradients) {
+    dev_.accumulate(unit_acc(u), r_, us.grad.data(), w_, ul.padded, micro_ == 0);
+    grad_pool_.give(std::move(us.grad));
+    return;
+  }
+  const UnitPlacement& up = placement_.unit(u);
+  const Bucket& bucket = placement_.reduce_buckets[static_cast<std::size_t>(up.reduce_bucket)];
+  if (!bucket.merged()) {
+    Pending p;
+    p.bucket = up.reduce_bucket;
+    if (w_ == r_) {  // the gradient buffer itself is reduced in place
+      p.buffer = std::move(us.grad);
+      p.source = Source::kGradPool;
+    } else {
+      p.buffer = reduce_pool_.take();
+      dev_.convert(us.grad.data(), w_, p.buffer.data(), r_, ul.padded);
+      grad_pool_.give(std::move(us.grad));
+      p.source = Source::kReducePool;
+    }
+    char* base = static_cast<char*>(p.buffer.data());
+    p.handle = comm_.reduce_scatter_async(base, at(base, placement_.own_begin(u), r_), ul.shard, r_,
+                                          ReduceOp::kAvg);
+    pending_.push_back(std::move(p));
+  } else {
+    // Shard q of the unit goes to rank q's part of the bucket, at the unit's offset in it.
+    const auto b = static_cast<std::size_t>(up.reduce_bucket);
+    Buffer& staging = bucket_staging_[b];
+    if (staging.empty()) {
+      staging = bucket_pool_.take();
+      bucket_left_[b] = static_cast<std::size_t>(bucket.last - bucket.first + 1);
+    }
+    for (int q = 0; q < placement_.in.world_size; ++q) {
+      const auto qs = static_cast<std::size_t>(q);
+      char* dst = at(staging.data(), qs * bucket.shard + up.reduce_offset, r_);
+      const char* src = at(us.grad.data(), qs * ul.shard, w_);
+      if (w_ == r_) {
+        dev_.copy(dst, src, ul.shard * dtype_size(r_));
+      } else {
+        dev_.convert(src, w_, dst, r_, ul.shard);
+      }
+    }
+    grad_pool_.give(std::move(us.grad));
+    if (--bucket_left_[b] == 0) launch_bucket(up.reduce_bucket);
+  }
+  while (pending_.size() > placement_.max_in_flight) finish_front();
+}
+
+// A merged bucket is complete: one reduce-scatter over its rank-major staging.
+void GradReducer::launch_bucket(int b) {
+  const Bucket& bucket = placement_.reduce_buckets[static_cast<std::size_t>(b)];
+  Pending p;
+  p.bucket = b;
+  p.buffer = std::move(bucket_staging_[static_cast<std::size_t>(b)]);
+  p.source = Source::kBucketPool;
+  char* base = static_cast<char*>(p.buffer.data());
+  p.handle = comm_.reduce_scatter_async(
+      base, at(base, static_cast<std::size_t>(placement_.in.rank) * bucket.shard, r_), bucket.shard,
+      r_, ReduceOp::kAvg);
+  pending_.push_back(std::move(p));
+  ++merged_in_flight_;
+}
+
+void GradReducer::take_trainer_grads() {
+  const std::size_t numel = placement_.in.units[0].params[0].numel();
+  const std::size_t padded = placement_.layout.total_padded;
+  // The padding must be zero (it is reduced and stepped like the rest).
+  dev_.fill(trainer_grads_ + numel * dtype_size(w_), 0, (padded - numel) * dtype_size(w_));
+  if (!placement_.grads_in_trainer) {
+    dev_.accumulate(acc_base(), r_, trainer_grads_, w_, padded, micro_ == 0);
+  }
+}
+
+void GradReducer::finish_front() {
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  p.handle.wait();
+  const Bucket& bucket = placement_.reduce_buckets[static_cast<std::size_t>(p.bucket)];
+  const auto rank = static_cast<std::size_t>(placement_.in.rank);
+  const std::size_t rs = dtype_size(r_);
+  if (p.boundary) {
+    // Stage 1: this rank's reduced shards back to their places in the whole-unit accumulation
+    // (a bucket of one unit was reduced there in place).
+    if (bucket.merged()) {
+      for (UnitId u = bucket.first; u <= bucket.last; ++u) {
+        dev_.copy(at(unit_acc(u), placement_.own_begin(u), r_),
+                  at(p.buffer.data(), rank * bucket.shard + placement_.unit(u).reduce_offset, r_),
+                  placement_.lay(u).shard * rs);
+      }
+    }
+  } else {
+    // Stages 2-3: the reduced part (the members' shards, consecutive) into the accumulated
+    // shards, which the placement keeps consecutive in unit order too.
+    const UnitId u = bucket.first;
+    const std::size_t count = bucket.merged() ? bucket.shard : placement_.lay(u).shard;
+    const char* reduced = bucket.merged() ? at(p.buffer.data(), rank * bucket.shard, r_)
+                                          : at(p.buffer.data(), placement_.own_begin(u), r_);
+    char* dst = unit_acc(u);
+    const bool first = micro_ == 0;
+    if (!on_host()) {
+      dev_.accumulate(dst, r_, reduced, r_, count, first);
+    } else if (dev_.host_accessible()) {
+      detail::accumulate(dst, r_, reduced, r_, count, first);
+    } else {  // device -> host on the copy lane (the collective is complete), then on the host
+      dev_.copy(grad_landing_.data(), reduced, count * rs, DeviceOps::Lane::kCopy);
+      dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
+      detail::accumulate(dst, r_, grad_landing_.data(), r_, count, first);
+    }
+  }
+  if (p.source == Source::kBucketPool) --merged_in_flight_;
+  give(p.source, std::move(p.buffer));
+}
+
+void GradReducer::give(Source s, Buffer b) {
+  switch (s) {
+    case Source::kGradPool: grad_pool_.give(std::move(b)); break;
+    case Source::kReducePool: reduce_pool_.give(std::move(b)); break;
+    case Source::kBucketPool: bucket_pool_.give(std::move(b)); break;
+    case Source::kNone: break;
+  }
+}
+
+void GradReducer::finish_all() {
+  while (!pending_.empty()) finish_front();
+}
+
+void GradReducer::end_micro_step() {
+  finish_all();
+  for (UnitState& us : units_) us.ready = false;
+  ++micro_;
+}
+
+void GradReducer::reduce_at_boundary() {
+  const StagePolicy& pol = placement_.in.policy;
+  if (pol.shard_gradients) return;  // reduced every micro-step
+  if (!pol.shard_optimizer) {
+    comm_.all_reduce(acc_base(), acc_base(), placement_.layout.total_padded, r_, ReduceOp::kAvg);
+    return;
+  }
+  const auto rank = static_cast<std::size_t>(placement_.in.rank);
+  const std::size_t rs = dtype_size(r_);
+  for (std::size_t b = 0; b < placement_.reduce_buckets.size(); ++b) {
+    const Bucket& bucket = placement_.reduce_buckets[b];
+    Pending p;
+    p.bucket = static_cast<int>(b);
+    p.boundary = true;
+    if (!bucket.merged()) {  // in place on the whole unit
+      char* base = unit_acc(bucket.first);
+      p.handle = comm_.reduce_scatter_async(base, at(base, placement_.own_begin(bucket.first), r_),
+                                            placement_.lay(bucket.first).shard, r_, ReduceOp::kAvg);
+      pending_.push_back(std::move(p));
+      continue;
+    }
+    p.buffer = bucket_pool_.take();
+    p.source = Source::kBucketPool;
+    for (UnitId u = bucket.first; u <= bucket.last; ++u) {
+      const std::size_t shard = placement_.lay(u).shard;
+      for (int q = 0; q < placement_.in.world_size; ++q) {
+        const auto qs = static_cast<std::size_t>(q);
+        dev_.copy(at(p.buffer.data(), qs * bucket.shard + placement_.unit(u).reduce_offset, r_),
+                  at(unit_acc(u), qs * shard, r_), shard * rs);
+      }
+    }
+    char* base = static_cast<char*>(p.buffer.data());
+    p.handle = comm_.reduce_scatter_async(base, at(base, rank * bucket.shard, r_), bucket.shard, r_,
+                                          ReduceOp::kAvg);
+    pending_.push_back(std::move(p));
+    ++merged_in_flight_;
+    while (merged_in_flight_ > placement_.max_in_flight) finish_front();
+  }
+  finish_all();
+}
+
+GradStats GradReducer::stats(const void* grad, std::size_t count) {
+  // Where the reduced gradients live decides who reads them.
+  return on_host() ? host_.grad_stats(grad, r_, count) : dev_.grad_stats(grad, r_, count);
+}
+
+GradTotals GradReducer::totals() {
+  const Layout& layout = placement_.layout;
+  const std::size_t nu = layout.units.size();
+  const int n = placement_.in.world_size;
+  if (!placement_.in.policy.shard_optimizer) {
+    GradTotals total;
+    for (int q = 0; q < n; ++q) {
+      double s = 0.0;
+      for (std::size_t u = 0; u < nu; ++u) {
+        const UnitLayout& ul = layout.units[u];
+        const GradStats g = stats(
+            at(acc_base(), ul.full_offset + static_cast<std::size_t>(q) * ul.shard, r_), ul.shard);
+        s += g.sum_squares;
+        total.non_finite = total.non_finite || g.non_finite;
+      }
+      total.sum_squares += s;
+    }
+    return total;
+  }
+  double local = 0.0;
+  bool bad = false;
+  for (std::size_t u = 0; u < nu; ++u) {
+    const GradStats g = stats(step_grads(static_cast<UnitId>(u)), layout.units[u].shard);
+    local += g.sum_squares;
+    bad = bad || g.non_finite;
+  }
+  // One all-gather of (sum, flag) from every rank: bits are copied, not reduced, so the sum
+  // below runs in rank order on every rank, and every rank sees every overflow flag.
+  float mine[4] = {0, 0, bad ? 1.0f : 0.0f, 0};
+  std::memcpy(mine, &local, sizeof local);
+  std::vector<float> all(static_cast<std::size_t>(4 * n));
+  if (dev_.host_accessible()) {
+    comm_.all_gather(mine, all.data(), 4, DType::kF32);
+  } else {  // the communicator runs on device memory
+    float* scratch = stats_scratch_.as<float>();
+    dev_.copy(scratch, mine, sizeof mine);
+    comm_.all_gather(scratch, scratch + 4, 4, DType::kF32);
+    dev_.copy(all.data(), scratch + 4, all.size() * sizeof(float));
+    dev_.synchronize();
+  }
+  GradTotals total;
+  for (int q = 0; q < n; ++q) {
+    double s = 0.0;
+    std::memcpy(&s, &all[static_cast<std::size_t>(4 * q)], sizeof s);
+    total.sum_squares += s;
+    total.non_finite = total.non_finite || all[static_cast<std::size_t>(4 * q + 2)] != 0.0f;
+  }
+  return total;
+}
+
+GradReducer::Pools GradReducer::predicted_pools(const Placement& p, int grads_held) {
+  Pools out;
+  if (p.in.ownership != Ownership::kManaged) return out;
+  out.grads = static_cast<std::size_t>(std::max(1, grads_held));
+  std::size_t singles = 0, merged = 0;
+  for (const Bucket& b : p.reduce_buckets) (b.merged() ? merged : singles) += 1;
+  const std::size_t cap = p.max_in_flight + 1;  // in flight, plus the one being launched
+  if (p.in.policy.shard_gradients && singles > 0) {
+    if (p.in.working == p.in.reduce) {
+      // A reduction in flight holds its unit's gradient buffer while the next unit's is written.
+      out.grads += std::min(p.max_in_flight, singles - 1);
+    } else {
+      out.reduce = std::min(cap, singles);
+    }
+  }
+  if (p.in.policy.shard_optimizer && merged > 0) out.buckets = std::min(cap, merged);
+  return out;
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,255 @@
+// The placement: the engine's memory rules, computed once (see zero/placement.hpp).
+#include "zero/placement.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "offload/aio.hpp"
+#include "zero/engine.hpp"
+#include "zero/error.hpp"
+#include "zero/optimizer.hpp"
+
+namespace zero::detail {
+
+namespace {
+
+// With overlap_comm the reducer keeps this many collectives running while the trainer computes
+// the next units' backward (DeepSpeed double-buffers its reduction bucket the same way).
+constexpr std::size_t kCollectivesInFlight = 2;
+
+// Greedy buckets over the units in id order: a unit joins the open bucket while the bucket's
+// padded elements stay within `limit` (0: every unit alone). Units that `eligible` rejects are
+// left out and close the open bucket, so members are always consecutive. Writes each member's
+// bucket index and offset (in one rank's part) through `place`.
+template <typename Eligible, typename Place>
+std::vector<Bucket> make_buckets(const Layout& layout, std::size_t limit, Eligible eligible,
+                                 Place place) {
+  std::vector<Bucket> out;
+  std::size_t padded = 0;
+  bool open = false;
+  for (std::size_t i = 0; i < layout.units.size(); ++i) {
+    const auto u = static_cast<UnitId>(i);
+    if (!eligible(u)) {
+      open = false;
+      continue;
+    }
+    const UnitLayout& ul = layout.units[i];
+    if (!open || padded + ul.padded > limit) {
+      out.push_back({u, u, 0});
+      padded = 0;
+      open = true;
+    }
+    Bucket& b = out.back();
+    place(u, static_cast<int>(out.size() - 1), b.shard);
+    b.last = u;
+    b.shard += ul.shard;
+    padded += ul.padded;
+  }
+  return out;
+}
+
+Arena on(Tier tier, MemCategory c, std::size_t bytes) { return Arena{c, tier, bytes}; }
+
+}  // namespace
+
+Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, AllocOptions opts) {
+  if (arena.bytes == 0) return {};
+  ZERO_CHECK(arena.tier != Tier::kNvme, kInternal, "allocate: an NVMe arena is a file");
+  return arena.tier == Tier::kPinned ? Buffer::pinned(tracker, arena.category, arena.bytes, opts)
+                                     : dev.alloc(tracker, arena.category, arena.bytes, opts);
+}
+
+PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
+                               int rank, std::size_t alignment, Ownership ownership,
+                               bool host_accessible) {
+  const ZeroOptimizationConfig& z = config.zero_optimization;
+  const OptimizerParams op = OptimizerParams::from_config(config.optimizer);
+  PlacementInput in;
+  in.units = std::move(units);
+  in.world_size = world_size;
+  in.rank = rank;
+  in.alignment = alignment;
+  in.policy = StagePolicy::of(z.stage, ownership);
+  in.ownership = ownership;
+  in.host_accessible = host_accessible;
+  in.working = working_dtype(config);
+  in.reduce = reduce_dtype_of(config);
+  in.state_dtype = op.state_dtype();
+  in.num_states = op.num_states();
+  in.accumulation = config.gradient_accumulation_steps;
+  in.optimizer_offload = z.offload_optimizer.device;
+  in.param_offload = in.policy.shard_params ? z.offload_param.device : OffloadDevice::kNone;
+  in.offload_chunk = static_cast<std::size_t>(z.offload_optimizer.buffer_size);
+  in.offload_buffers = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
+  in.persistence_threshold = static_cast<std::size_t>(z.stage3_param_persistence_threshold);
+  in.prefetch_bucket = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
+  in.max_live = static_cast<std::size_t>(z.stage3_max_live_parameters);
+  in.reduce_bucket = static_cast<std::size_t>(z.reduce_bucket_size);
+  in.allgather_bucket = static_cast<std::size_t>(z.allgather_bucket_size);
+  in.overlap_comm = z.overlap_comm;
+  // The updated shards reach the parameter file through the offloaded optimizer's chunk loop.
+  ZERO_CHECK(
+      in.param_offload != OffloadDevice::kNvme || in.optimizer_offload != OffloadDevice::kNone,
+      kConfig,
+      "config key 'zero_optimization.offload_param.device' = \"nvme\" needs "
+      "'zero_optimization.offload_optimizer.device' = \"cpu\" or \"nvme\" (it is \"",
+      to_string(in.optimizer_offload), "\")");
+  return in;
+}
+
+Placement make_placement(PlacementInput in) {
+  Placement p;
+  p.layout = make_layout(in.units, in.world_size, in.alignment);
+  p.in = std::move(in);
+  const PlacementInput& i = p.in;
+  const StagePolicy& pol = i.policy;
+  const Layout& lay = p.layout;
+  const std::size_t nu = lay.units.size();
+  const std::size_t ws = dtype_size(i.working), rs = dtype_size(i.reduce);
+  const std::size_t sd = dtype_size(i.state_dtype);
+  const bool managed = i.ownership == Ownership::kManaged;
+
+  p.offloaded = i.optimizer_offload != OffloadDevice::kNone;
+  p.nvme_optimizer = i.optimizer_offload == OffloadDevice::kNvme;
+  p.host_params = i.param_offload == OffloadDevice::kCpu;
+  p.nvme_params = i.param_offload == OffloadDevice::kNvme;
+  // fp32 training keeps no master copy (the parameters are the master) unless the optimizer is
+  // offloaded: then the master lives with the optimizer state off the device.
+  p.separate_master = i.working != DType::kF32 || p.offloaded;
+  // ZeRO-Offload keeps the gradient partition with the optimizer on the host: in stages 2-3 the
+  // reduced shards are accumulated there as they complete. Stage 1 reduces whole gradients on the
+  // device at the boundary; its shard is staged chunk by chunk at the step.
+  p.grads_on_host = p.offloaded && pol.shard_gradients;
+  p.grads_in_trainer = !managed && i.working == i.reduce && i.accumulation == 1;
+
+  // ---- units: parameters, stepped ranges, gradients
+  p.units.resize(nu);
+  std::size_t whole = 0, sharded = 0, max_shard = 0;
+  for (std::size_t u = 0; u < nu; ++u) {
+    const UnitLayout& ul = lay.units[u];
+    UnitPlacement& up = p.units[u];
+    up.kept_whole = !pol.shard_params || ul.numel < i.persistence_threshold;
+    if (up.kept_whole) {
+      up.params_offset = whole;
+      whole += ul.padded;
+    } else {
+      if (p.nvme_params) {
+        up.param_slot = p.param_slot_elems.size();
+        p.param_slot_elems.push_back(ul.shard);
+      } else {
+        up.params_offset = sharded;
+        sharded += ul.shard;
+      }
+      max_shard = std::max(max_shard, ul.shard);
+    }
+    up.step_begin = pol.shard_optimizer ? static_cast<std::size_t>(i.rank) * ul.shard : 0;
+    up.step_count = pol.shard_optimizer ? ul.shard : ul.padded;
+    up.optim_offset = pol.shard_optimizer ? ul.shard_offset : ul.full_offset;
+    up.grads_offset = pol.shard_gradients ? ul.shard_offset : ul.full_offset;
+  }
+
+  // ---- parameters
+  if (managed) p.params_whole = on(Tier::kDevice, MemCategory::kParams16, whole * ws);
+  p.params_shard =
+      on(p.host_params ? Tier::kPinned : Tier::kDevice, MemCategory::kParams16, sharded * ws);
+  if (p.nvme_params) {
+    p.param_parts = {{MemCategory::kParams16, ws}};
+    p.param_file = offload::ChunkSwapper::footprint(p.param_slot_elems, p.param_parts);
+    p.param_window =
+        on(Tier::kPinned, MemCategory::kOffloadStaging, p.param_file.staging_buffer_bytes);
+    // The prefetch reads a shard straight into an aligned tail of its gathered buffer where the
+    // host can address it; a discrete device reads into the window and copies.
+    if (i.host_accessible) p.gather_extra = p.param_file.staging_buffer_bytes;
+  }
+
+  // ---- master and optimizer state
+  const std::size_t opt_elems = pol.shard_optimizer ? lay.total_shard : lay.total_padded;
+  const Tier opt_tier = p.offloaded ? Tier::kPinned : Tier::kDevice;
+  if (!p.nvme_optimizer) {
+    if (p.separate_master) p.master = on(opt_tier, MemCategory::kMasterParams, opt_elems * 4);
+    p.state = on(opt_tier, MemCategory::kOptimizerState, opt_elems * sd);
+  }
+  if (p.offloaded) {
+    // A chunk never needs to be larger than the largest stepped range (DeepSpeed's buffer_size
+    // default of 1e8 elements would otherwise pin gigabytes for a small model).
+    std::size_t max_range = 0;
+    for (const UnitPlacement& up : p.units) max_range = std::max(max_range, up.step_count);
+    p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
+    for (std::size_t u = 0; u < nu; ++u) {
+      p.unit_chunk.push_back(p.chunks.size());
+      const std::size_t range = p.units[u].step_count;
+      for (std::size_t a = 0; a < range; a += p.chunk_elems) {
+        p.chunks.push_back({static_cast<UnitId>(u), a, std::min(p.chunk_elems, range - a)});
+      }
+    }
+    p.unit_chunk.push_back(p.chunks.size());
+    // Persistent staging, one chunk per buffer: the gradient chunk where the gradients stay on
+    // the device (stage 1), the updated 16-bit parameters (fp32: the master is copied directly).
+    if (!p.grads_on_host) {
+      p.staging_grad = on(Tier::kPinned, MemCategory::kOffloadStaging, p.chunk_elems * rs);
+    }
+    if (i.working != DType::kF32) {
+      p.staging_param = on(Tier::kPinned, MemCategory::kOffloadStaging, p.chunk_elems * ws);
+    }
+  }
+  if (p.nvme_optimizer) {
+    for (const Chunk& c : p.chunks) p.optim_chunk_elems.push_back(c.count);
+    p.optim_parts = {{MemCategory::kMasterParams, 4}};
+    for (int k = 0; k < i.num_states; ++k) {
+      p.optim_parts.push_back({MemCategory::kOptimizerState, sd});
+    }
+    p.optim_file = offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts);
+  }
+
+  // ---- gradients
+  const std::size_t acc_elems = pol.shard_gradients ? lay.total_shard : lay.total_padded;
+  if (p.grads_on_host) {
+    p.grads = on(Tier::kPinned, MemCategory::kGradients, acc_elems * rs);
+  } else if (!p.grads_in_trainer) {
+    p.grads = on(Tier::kDevice, MemCategory::kGradients, acc_elems * rs);
+  }
+
+  // ---- buckets
+  const bool bucketed = pol.shard_optimizer;  // stage 0 all-reduces everything at once
+  p.reduce_buckets = make_buckets(
+      lay, bucketed ? i.reduce_bucket : 0, [](UnitId) { return true; },
+      [&](UnitId u, int b, std::size_t off) {
+        p.units[static_cast<std::size_t>(u)].reduce_bucket = b;
+        p.units[static_cast<std::size_t>(u)].reduce_offset = off;
+      });
+  p.gather_buckets = make_buckets(
+      lay, i.allgather_bucket,
+      [&](UnitId u) { return bucketed && p.units[static_cast<std::size_t>(u)].kept_whole; },
+      [&](UnitId u, int b, std::size_t off) {
+        p.units[static_cast<std::size_t>(u)].gather_bucket = b;
+        p.units[static_cast<std::size_t>(u)].gather_offset = off;
+      });
+  std::size_t max_reduce_bucket = 0, max_gather_bucket = 0, max_reduce_shard = 0;
+  const auto n = static_cast<std::size_t>(i.world_size);
+  for (const Bucket& b : p.reduce_buckets) {
+    max_reduce_shard = std::max(max_reduce_shard, b.shard);
+    if (b.merged()) max_reduce_bucket = std::max(max_reduce_bucket, n * b.shard);
+  }
+  for (const Bucket& b : p.gather_buckets) {
+    if (b.merged()) max_gather_bucket = std::max(max_gather_bucket, n * b.shard);
+  }
+  p.max_in_flight = i.overlap_comm ? kCollectivesInFlight : 0;
+
+  // ---- pools
+  p.grad_pool = {MemCategory::kGradients, lay.max_padded * ws};
+  p.reduce_pool = {MemCategory::kCommBuffers, lay.max_padded * rs};
+  p.bucket_pool = {MemCategory::kCommBuffers, max_reduce_bucket * rs};
+  p.gather_pool = {MemCategory::kParams16, lay.max_padded * ws + p.gather_extra};
+  p.gather_bucket_pool = {MemCategory::kCommBuffers, max_gather_bucket * ws};
+
+  // ---- a discrete device: what the host needs from its memory lands in pinned memory first
+  if (!i.host_accessible) {
+    if (p.grads_on_host) {
+      p.grad_landing = on(Tier::kPinned, MemCategory::kOffloadStaging, max_reduce_shard * rs);
+    }
+    p.stats_scratch = on(Tier::kDevice, MemCategory::kCommBuffers, 4 * (n + 1) * sizeof(float));
+  }
+  return p;
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,208 @@
+// zero/placement.hpp — what lives where: for every buffer of every unit its size, category, tier
+// and whether it is the whole unit or this rank's shard, computed once.
+//
+// The placement is the one statement of the engine's memory rules. It is made from the units,
+// the world size and rank, the stage policy, the dtypes, the offload tiers, the device (whether
+// the host can address its memory) and the ownership mode. The engine allocates its arenas and
+// sizes its pools from it; the planner (zero/plan.cpp) predicts a run's memory by summing the
+// same arenas and adding the pools the rooms that own them predict (the gradient reducer's
+// in-flight rule, the parameter gatherer's prefetch replay). Nothing else restates a size.
+//
+// Arenas: one buffer per kind for the whole run, units at offsets inside it (params_whole holds
+// every unit kept whole, params_shard every stage-3 shard, master / state / grads the stepped or
+// reduced ranges). Pools: equal buffers taken and given back during a micro-step.
+//
+// Thread safety: a plain value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "offload/nvme_swapper.hpp"
+#include "zero/config.hpp"
+#include "zero/device_ops.hpp"
+#include "zero/dtype.hpp"
+#include "zero/layout.hpp"
+#include "zero/memory.hpp"
+#include "zero/stage_policy.hpp"
+#include "zero/unit.hpp"
+
+namespace zero::detail {
+
+// Where an arena lives: the engine's device (host memory on the CPU device), pinned host memory
+// (offload), or a swap file.
+enum class Tier : unsigned char { kDevice, kPinned, kNvme };
+
+struct Arena {
+  MemCategory category = MemCategory::kOther;
+  Tier tier = Tier::kDevice;
+  std::size_t bytes = 0;  // 0: not allocated
+};
+
+// A pool of equal buffers of `buffer_bytes` on the device (0: the pool is not used).
+struct PoolShape {
+  MemCategory category = MemCategory::kOther;
+  std::size_t buffer_bytes = 0;
+};
+
+// Consecutive units [first, last] that share one collective. `shard` is one rank's part: the
+// sum of the members' shards; member u sits at offset(u) inside every rank's part.
+struct Bucket {
+  UnitId first = 0;
+  UnitId last = 0;
+  std::size_t shard = 0;
+  bool merged() const noexcept { return last > first; }
+};
+
+// One chunk of the offloaded optimizer step: elements [at, at + count) of unit's stepped range.
+struct Chunk {
+  UnitId unit = 0;
+  std::size_t at = 0;
+  std::size_t count = 0;
+};
+
+struct UnitPlacement {
+  // Parameters: whole on every rank (stages 0-2, stage-3 units below the persistence threshold)
+  // at params_offset in params_whole; else this rank's shard at params_offset in params_shard,
+  // or (offload_param = nvme) in slot param_slot of the parameter swap file.
+  bool kept_whole = true;
+  std::size_t params_offset = 0;
+  static constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
+  std::size_t param_slot = kNoSlot;
+  // The range this rank steps: the whole padded unit in stage 0, its shard otherwise; at
+  // optim_offset in the master and state arenas (and the optimizer swap file's chunks).
+  std::size_t step_begin = 0;
+  std::size_t step_count = 0;
+  std::size_t optim_offset = 0;
+  // The accumulated gradients: the whole unit (stages 0-1) or its shard (2-3) at grads_offset.
+  std::size_t grads_offset = 0;
+  // The reduce bucket and the offset in it; the post-step all-gather bucket (-1: not gathered
+  // after the step: sharded stage-3 units, stage 0).
+  int reduce_bucket = 0;
+  std::size_t reduce_offset = 0;
+  int gather_bucket = -1;
+  std::size_t gather_offset = 0;
+};
+
+// Everything the placement is made from. Built from a Config by placement_input().
+struct PlacementInput {
+  std::vector<UnitSpec> units;
+  int world_size = 1;
+  int rank = 0;
+  std::size_t alignment = 32;
+  StagePolicy policy;
+  Ownership ownership = Ownership::kManaged;
+  bool host_accessible = true;  // the device's memory is host memory (the CPU device)
+  DType working = DType::kF32;  // W: parameters and gradients
+  DType reduce = DType::kF32;   // R: reduction and accumulation
+  DType state_dtype = DType::kF32;
+  int num_states = 2;
+  std::int64_t accumulation = 1;
+  OffloadDevice optimizer_offload = OffloadDevice::kNone;
+  OffloadDevice param_offload = OffloadDevice::kNone;
+  std::size_t offload_chunk = 0;    // offload_optimizer.buffer_size (elements)
+  std::size_t offload_buffers = 0;  // offload_optimizer.buffer_count
+  std::size_t persistence_threshold = 0;
+  std::size_t prefetch_bucket = 0;   // stage3_prefetch_bucket_size (elements)
+  std::size_t max_live = 0;          // stage3_max_live_parameters (elements)
+  std::size_t reduce_bucket = 0;     // elements; 0: a bucket per unit
+  std::size_t allgather_bucket = 0;  // elements; 0: a bucket per unit
+  bool overlap_comm = false;
+};
+
+// The placement input of `config` (every choice parsed once here). Throws kConfig for a
+// combination that cannot run (parameter offload to NVMe without optimizer offload).
+PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
+                               int rank, std::size_t alignment, Ownership ownership,
+                               bool host_accessible);
+
+struct Placement {
+  PlacementInput in;
+  Layout layout;
+  std::vector<UnitPlacement> units;
+
+  // Rules every room reads.
+  bool offloaded = false;        // the optimizer state is off the device (cpu or nvme)
+  bool nvme_optimizer = false;   // ... in a swap file
+  bool host_params = false;      // offload_param = cpu: stage-3 shards in pinned memory
+  bool nvme_params = false;      // offload_param = nvme: stage-3 shards in a swap file
+  bool separate_master = false;  // an fp32 master apart from the parameters
+  bool grads_on_host = false;    // ZeRO-Offload: the gradient partition with the optimizer
+  bool grads_in_trainer =
+      false;  // attach, W == R, no accumulation: reduced in the trainer's buffer
+
+  // Arenas. `state` is the shape of each of num_states optimizer-state arenas.
+  Arena params_whole, params_shard, master, state, grads;
+  // Optimizer offload: the chunks (unit by unit; unit u's are [unit_chunk[u], unit_chunk[u+1]))
+  // and offload_buffers staging buffers of each of these (bytes 0: none).
+  std::vector<Chunk> chunks;
+  std::vector<std::size_t> unit_chunk;
+  std::size_t chunk_elems = 0;
+  Arena staging_grad, staging_param;
+  std::vector<std::size_t> optim_chunk_elems;  // per swap-file slot (nvme)
+  std::vector<offload::ChunkSwapper::Part> optim_parts;
+  offload::ChunkSwapper::Footprint optim_file;
+  // offload_param = nvme: a slot per sharded unit, one pinned window of the largest shard.
+  std::vector<std::size_t> param_slot_elems;
+  std::vector<offload::ChunkSwapper::Part> param_parts;
+  offload::ChunkSwapper::Footprint param_file;
+  Arena param_window;
+  // A discrete device: the landing buffer of a reduced shard on its way to the host, and the
+  // device scratch of the norm / overflow all-gather.
+  Arena grad_landing, stats_scratch;
+
+  // Pools (engine.cpp, zero/grad_reducer.cpp, zero/param_gatherer.cpp).
+  PoolShape grad_pool;           // W, a whole unit: gradients written this micro-step
+  PoolShape reduce_pool;         // R, a whole unit: a converted unit in flight (W != R)
+  PoolShape bucket_pool;         // R, N x the largest merged bucket: a merged reduce in flight
+  PoolShape gather_pool;         // W, a whole unit (+ gather_extra): gathered stage-3 units
+  PoolShape gather_bucket_pool;  // W, N x the largest merged post-step all-gather bucket
+  std::size_t gather_extra = 0;  // bytes past a gathered unit: the NVMe prefetch's read target
+  std::vector<Bucket> reduce_buckets, gather_buckets;
+  // Collectives the reducer leaves running when grads_ready returns (overlap_comm: several).
+  std::size_t max_in_flight = 0;
+
+  std::size_t num_units() const noexcept { return units.size(); }
+  const UnitLayout& lay(UnitId u) const { return layout.units[static_cast<std::size_t>(u)]; }
+  const UnitPlacement& unit(UnitId u) const { return units[static_cast<std::size_t>(u)]; }
+  // Where this rank's shard starts in unit u's padded range.
+  std::size_t own_begin(UnitId u) const { return static_cast<std::size_t>(in.rank) * lay(u).shard; }
+  bool shard_on_nvme(UnitId u) const { return nvme_params && !unit(u).kept_whole; }
+  // The stepped gradient of unit u in the grads arena (elements).
+  std::size_t step_grads_offset(UnitId u) const {
+    const UnitPlacement& p = unit(u);
+    return p.grads_offset + (in.policy.shard_gradients ? 0 : p.step_begin);
+  }
+  // Every arena with how many of it there are (state: num_states; staging: offload_buffers).
+  template <typename F>
+  void for_each_arena(F&& f) const {
+    f(params_whole, 1);
+    f(params_shard, 1);
+    f(master, 1);
+    f(state, static_cast<std::size_t>(in.num_states));
+    f(grads, 1);
+    f(staging_grad, in.offload_buffers);
+    f(staging_param, in.offload_buffers);
+    f(param_window, 1);
+    f(grad_landing, 1);
+    f(stats_scratch, 1);
+  }
+};
+
+// Also validates the units (zero::Error(kInvalidArgument) as make_layout).
+Placement make_placement(PlacementInput in);
+
+// The arena's buffer: on the device or pinned, charged to its category (empty for 0 bytes).
+Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, AllocOptions opts = {});
+
+// Byte address of element `elems` of an array of dtype t at base.
+inline char* at(void* base, std::size_t elems, DType t) {
+  return static_cast<char*>(base) + elems * dtype_size(t);
+}
+inline const char* at(const void* base, std::size_t elems, DType t) {
+  return static_cast<const char*>(base) + elems * dtype_size(t);
+}
+
+}  // namespace zero::detail
