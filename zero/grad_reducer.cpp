@@ -305,8 +305,9 @@ GradReducer::Pools GradReducer::predicted_pools(const Placement& p, int grads_he
   const std::size_t cap = p.max_in_flight + 1;  // in flight, plus the one being launched
   if (p.in.policy.shard_gradients && singles > 0) {
     if (p.in.working == p.in.reduce) {
-      // A reduction in flight holds its unit's gradient buffer while the next unit's is written.
-      out.grads += std::min(p.max_in_flight, singles - 1);
+      // A reduction in flight holds its unit's gradient buffer while the next unit's is written
+      // (after the last bucket's launch no buffer is taken).
+      out.grads += std::min({p.max_in_flight, singles, p.reduce_buckets.size() - 1});
     } else {
       out.reduce = std::min(cap, singles);
     }

@@ -84,7 +84,9 @@ class GradReducer {
   }
 
   // The pool buffers a micro-step takes (planner): `grads_held` unit gradients the trainer holds
-  // open at once. Exact when every bucket is one unit or every bucket is merged.
+  // open at once, the trainer finishing units in reverse order (backward). Exact when every
+  // bucket is one unit, every bucket is merged, or the merged buckets come first; otherwise an
+  // upper bound.
   struct Pools {
     std::size_t grads = 0, reduce = 0, buckets = 0;
   };

@@ -70,11 +70,17 @@ class Mlp {
   int out() const { return dims_.back(); }
   int layers() const { return static_cast<int>(dims_.size()) - 1; }
 
-  void declare(Engine& e) const {
+  // A unit per layer: W (out x in), b (out).
+  std::vector<UnitSpec> unit_specs() const {
+    std::vector<UnitSpec> out;
     for (int l = 0; l < layers(); ++l) {
-      e.add_unit(
+      out.push_back(
           {"layer" + std::to_string(l), {{"W", {dims_[l + 1], dims_[l]}}, {"b", {dims_[l + 1]}}}});
     }
+    return out;
+  }
+  void declare(Engine& e) const {
+    for (UnitSpec& u : unit_specs()) e.add_unit(std::move(u));
   }
 
   // Same values on every rank (seeded).

@@ -44,6 +44,9 @@ struct RunSpec {
   bool pipeline = true;
   std::string aio_engine = "io_uring";
   std::string offload_param = "none";  // stage 3: offload_param.device
+  // zero_optimization.reduce_bucket_size / allgather_bucket_size (0: a collective per unit).
+  long reduce_bucket = 0;
+  long allgather_bucket = 0;
   // Run on the discrete CPU device (engine/discrete_device.hpp) behind DiscreteComm.
   bool discrete = false;
 };
@@ -51,7 +54,9 @@ struct RunSpec {
 inline Config make_config(const RunSpec& s) {
   std::string j =
       R"({"zero_optimization": {"stage": )" + std::to_string(s.stage) + R"(, "overlap_comm": )" +
-      (s.overlap ? "true" : "false") +
+      (s.overlap ? "true" : "false") + R"(, "reduce_bucket_size": )" +
+      std::to_string(s.reduce_bucket) + R"(, "allgather_bucket_size": )" +
+      std::to_string(s.allgather_bucket) +
       (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
                     : std::string()) +
       (s.offload_buffers > 0
@@ -178,6 +183,10 @@ inline std::string describe(const RunSpec& s) {
   return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
          std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +
          (s.clip ? ", clipping" : "") + (s.overlap ? ", overlap" : "") +
+         (s.reduce_bucket > 0 || s.allgather_bucket > 0
+              ? ", buckets " + std::to_string(s.reduce_bucket) + "/" +
+                    std::to_string(s.allgather_bucket)
+              : std::string()) +
          (s.discrete ? ", discrete device" : "") +
          (s.offload_buffers > 0
               ? ", offload " + s.offload_device + " " + std::to_string(s.offload_buffers) + " x " +
