@@ -19,6 +19,8 @@
 //                 reduce_scatter + all_gather; stage 3 adds the second gather (+ (N-1)/N 2Ψ).
 //                 DESIGN.md's "2Ψ / 3Ψ" is this with 16-bit gradients.
 //
+// BM_BucketsOverPerUnit/<stage>: merged buckets against a collective per unit (see below).
+//
 // BM_OffloadOverNoOffload/<stage>/<offload>: the same A/B between stage k without and with the
 // optimizer offloaded (offload 1: pinned host memory; 2: NVMe files under $ZERO_BENCH_DIR or
 // /tmp, 4 staging buffers of 1M elements, read/write pipeline on). Counter over_no_offload. On
@@ -55,9 +57,10 @@ std::string offload_json(int offload) {
             "pipeline_write": true})";
 }
 
-Config config_for(int stage, int offload = 0) {
+Config config_for(int stage, int offload = 0, long bucket = 0) {
   return parse_config(R"({"zero_optimization": {"stage": )" + std::to_string(stage) +
-                      R"(, "overlap_comm": true)" +
+                      R"(, "overlap_comm": true, "reduce_bucket_size": )" + std::to_string(bucket) +
+                      R"(, "allgather_bucket_size": )" + std::to_string(bucket) +
                       (stage == 3 ? R"(, "stage3_param_persistence_threshold": 0)" : "") +
                       offload_json(offload) + R"(},
       "bf16": {"enabled": true}, "gradient_clipping": 1.0,
@@ -67,14 +70,15 @@ Config config_for(int stage, int offload = 0) {
 struct Timing {
   std::vector<double> step_s;  // per measured step (rank 0)
   double bytes_per_step = 0;
+  double collectives_per_step = 0;  // every collective but barriers (rank 0)
   std::size_t psi = 0;
 };
 
 // Runs warmup + `steps` steps at `stage` on N in-process ranks; rank 0's step times.
-Timing run(int stage, int units, std::size_t elems, int steps, int offload = 0) {
+Timing run(int stage, int units, std::size_t elems, int steps, int offload = 0, long bucket = 0) {
   Timing t;
   std::mutex mu;
-  const Config cfg = config_for(stage, offload);
+  const Config cfg = config_for(stage, offload, bucket);
   ThreadGroup::run(kRanks, [&](Communicator& comm) {
     EngineOptions opts;
     opts.poison_released = false;
@@ -120,6 +124,11 @@ Timing run(int stage, int units, std::size_t elems, int steps, int offload = 0) 
       t.step_s = times;
       // Barriers count nothing; the norm all-gather (16 bytes) is part of the step.
       t.bytes_per_step = static_cast<double>(comm.stats().bytes_sent()) / steps;
+      const CommStats cs = comm.stats();
+      for (Collective c : {Collective::kAllReduce, Collective::kReduceScatter,
+                           Collective::kAllGather, Collective::kBroadcast}) {
+        t.collectives_per_step += static_cast<double>(cs[c].calls) / steps;
+      }
       for (int u = 0; u < units; ++u) t.psi += e.unit_padded_numel(u);
     }
   });
@@ -187,6 +196,46 @@ void BM_OffloadOverNoOffload(benchmark::State& st) {
   st.counters["over_no_offload"] = median(tb) / median(ta);
   st.SetLabel(offload == 1 ? "offload cpu" : "offload nvme");
 }
+
+// BM_BucketsOverPerUnit/<stage>/<bucket>: 64 units of 16 Ki elements (a model of many small
+// units, as a LibTorch model with a unit per module) with reduce_bucket_size =
+// allgather_bucket_size = bucket (5e8, DeepSpeed's default: everything in one bucket; 262144:
+// four buckets of 16 units) against 0 (a collective per unit), A/B in the same run. Counters:
+// collectives per step of each (counted by the communicator) and the step-time ratio over_per_unit.
+// The parameters are bitwise equal either way (engine_bucket_test).
+void BM_BucketsOverPerUnit(benchmark::State& st) {
+  const int stage = static_cast<int>(st.range(0));
+  const long bucket = static_cast<long>(st.range(1));
+  constexpr int kUnits = 64, kSteps = 20, kRounds = 5;
+  constexpr std::size_t kElems = 16 * 1024;
+  std::vector<double> ta, tb;
+  double calls_a = 0, calls_b = 0;
+  for (auto _ : st) {
+    ta.clear();
+    tb.clear();
+    for (int r = 0; r < kRounds; ++r) {
+      Timing a = run(stage, kUnits, kElems, kSteps);
+      Timing b = run(stage, kUnits, kElems, kSteps, 0, bucket);
+      ta.insert(ta.end(), a.step_s.begin(), a.step_s.end());
+      tb.insert(tb.end(), b.step_s.begin(), b.step_s.end());
+      calls_a = a.collectives_per_step;
+      calls_b = b.collectives_per_step;
+    }
+    st.SetIterationTime(median(tb));
+  }
+  st.counters["per_unit_ms"] = median(ta) * 1e3;
+  st.counters["bucketed_ms"] = median(tb) * 1e3;
+  st.counters["over_per_unit"] = median(tb) / median(ta);
+  st.counters["per_unit_collectives"] = calls_a;
+  st.counters["bucketed_collectives"] = calls_b;
+}
+
+BENCHMARK(BM_BucketsOverPerUnit)
+    ->ArgNames({"stage", "bucket"})
+    ->ArgsProduct({{1, 2, 3}, {500'000'000, 262'144}})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_OffloadOverNoOffload)
     ->ArgNames({"stage", "offload"})
