@@ -12,6 +12,7 @@
 
 #include "zero/error.hpp"
 #include "zero/log.hpp"
+#include "zero/stage_policy.hpp"
 
 namespace zero {
 
@@ -226,7 +227,8 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   r.get_int("reduce_bucket_size", z.reduce_bucket_size, 0, kMax);
   r.get("allgather_partitions", z.allgather_partitions);
   r.get_int("allgather_bucket_size", z.allgather_bucket_size, 0, kMax);
-  if (z.stage == 3) z.overlap_comm = true;  // DeepSpeed's default for stage 3
+  const detail::StagePolicy policy = detail::StagePolicy::of(z.stage);
+  if (policy.shard_params) z.overlap_comm = true;  // DeepSpeed's default for stage 3
   r.get("overlap_comm", z.overlap_comm);
   r.get("load_from_fp32_weights", z.load_from_fp32_weights);
   r.get("round_robin_gradients", z.round_robin_gradients);
@@ -243,7 +245,7 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   r.get_int("stage3_max_reuse_distance", z.stage3_max_reuse_distance, 0, kMax);
   r.get("stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
   r.get("stage3_gather_fp16_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
-  if (z.stage < 3) {
+  if (!policy.shard_params) {
     // DeepSpeed ignores stage-3 tuning keys below stage 3; say so rather than fail.
     for (const char* k : stage3_keys) {
       if (r.has(k))
@@ -257,7 +259,7 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
                                              std::to_string(z.stage));
     }
   }
-  if (z.stage == 0 && z.offload_optimizer.enabled()) {
+  if (!policy.shard_optimizer && z.offload_optimizer.enabled()) {
     r.fail_msg("offload_optimizer.device",
                "optimizer offload requires zero_optimization.stage >= 1");
   }

@@ -12,7 +12,7 @@
 // intrinsics stop nvcc from contracting a*b+c into an FMA.
 //
 // The per-step scalars (bias corrections, -lr, ...) are computed once per step on the host in
-// double by make_step_scalars() (optim/step_scalars.cpp) and rounded to f32 once.
+// double by make_step_scalars() (optim/optimizer_params.cpp) and rounded to f32 once.
 //
 // Thread safety: pure functions of their arguments.
 #pragma once
