@@ -88,7 +88,9 @@ struct EngineOptions {
 struct StepResult {
   bool boundary = false;     // false: a micro-step inside an accumulation window (no update)
   bool applied = false;      // the optimizer stepped (false at a boundary: fp16 overflow)
-  double grad_norm = 0.0;    // global L2 norm of the averaged, unscaled gradients (boundary)
+  // Global L2 norm of the step's gradient (boundary): the mean over N ranks x A micro-steps,
+  // unscaled — what gradient_clipping compares with (DeepSpeed's meaning).
+  double grad_norm = 0.0;
   double clip_coef = 1.0;    // factor applied to the gradients by clipping (1: none)
   double loss_scale = 1.0;   // the scale for the next backward
   double lr = 0.0;           // the learning rate used by this step
