@@ -150,28 +150,7 @@ TEST(EngineBuckets, ThePlannerPredictsTheTrackerWithBuckets) {
             s.reduce_bucket = bucket;
             s.allgather_bucket = bucket;
             if (stage == 3) s.persistence = 200;
-            const Config cfg = testing::make_config(s);
-            PlanInput pin;
-            pin.ranks = n;
-            pin.config = cfg;
-            pin.units = Mlp(kDims).unit_specs();
-            const PlanResult plan = plan_engine_memory(pin);
-            ThreadGroup::run(n, [&](Communicator& comm) {
-              Engine e(comm, cfg);
-              Mlp mlp(kDims);
-              mlp.declare(e);
-              mlp.init(e, 1);
-              for (int step = 0; step < 3; ++step) {
-                mlp.micro_step(
-                    e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-                e.step();
-              }
-              for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-                EXPECT_EQ(e.tracker().current(static_cast<MemCategory>(c), MemTier::kHost),
-                          plan.bytes[c])
-                    << to_string(static_cast<MemCategory>(c)) << ": " << describe(s);
-              }
-            });
+            testing::expect_plan_equals_tracker(testing::make_config(s), n, describe(s));
             ++checked;
           }
         }

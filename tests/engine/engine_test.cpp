@@ -539,35 +539,11 @@ TEST(EnginePlan, PredictionEqualsTheTrackerForEveryStageDtypeAndPrefetchSetting)
             if (stage < 3 && bucket != 0) continue;
             Config cfg = make_config({.stage = stage, .ranks = n, .dtype = dt, .overlap = overlap});
             cfg.zero_optimization.stage3_prefetch_bucket_size = bucket;
-            const Mlp mlp(kDims);
-            PlanInput pin;
-            pin.ranks = n;
-            pin.config = cfg;
-            for (int l = 0; l + 1 < static_cast<int>(kDims.size()); ++l) {
-              pin.units.push_back(
-                  {"layer" + std::to_string(l),
-                   {{"W",
-                     {kDims[static_cast<std::size_t>(l) + 1], kDims[static_cast<std::size_t>(l)]}},
-                    {"b", {kDims[static_cast<std::size_t>(l) + 1]}}}});
-            }
-            const PlanResult plan = plan_engine_memory(pin);
-            EXPECT_EQ(plan.psi, 491u);
-            ThreadGroup::run(n, [&](Communicator& comm) {
-              Engine e(comm, cfg);
-              mlp.declare(e);
-              mlp.init(e, 1);
-              for (int step = 0; step < 3; ++step) {
-                mlp.micro_step(
-                    e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-                e.step();
-              }
-              for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-                EXPECT_EQ(e.tracker().current(static_cast<MemCategory>(c), MemTier::kHost),
-                          plan.bytes[c])
-                    << to_string(static_cast<MemCategory>(c)) << ": stage " << stage << " N=" << n
-                    << " " << to_string(dt) << " overlap " << overlap << " bucket " << bucket;
-              }
-            });
+            testing::expect_plan_equals_tracker(
+                cfg, n,
+                "stage " + std::to_string(stage) + " N=" + std::to_string(n) + " " +
+                    std::string(to_string(dt)) + " overlap " + std::to_string(overlap) +
+                    " bucket " + std::to_string(bucket));
             ++checked;
           }
         }

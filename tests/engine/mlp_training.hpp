@@ -17,6 +17,7 @@
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
+#include "zero/plan.hpp"
 
 namespace zero::testing {
 
@@ -193,6 +194,31 @@ inline std::string describe(const RunSpec& s) {
                     std::to_string(s.offload_chunk) + (s.pipeline ? " pipelined" : "") + " aio " +
                     s.aio_engine
               : std::string());
+}
+
+// Trains the MLP for 3 steps with `cfg` at n in-process ranks and expects every rank's tracked
+// bytes by category (host tier) to equal the planner's prediction; `what` names the case.
+inline void expect_plan_equals_tracker(const Config& cfg, int n, const std::string& what) {
+  const Mlp mlp(kDims);
+  PlanInput pin;
+  pin.ranks = n;
+  pin.config = cfg;
+  pin.units = mlp.unit_specs();
+  const PlanResult plan = plan_engine_memory(pin);
+  EXPECT_EQ(plan.psi, 491u);
+  ThreadGroup::run(n, [&](Communicator& comm) {
+    Engine e(comm, cfg);
+    mlp.declare(e);
+    mlp.init(e, 1);
+    for (int step = 0; step < 3; ++step) {
+      mlp.micro_step(e, make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+      e.step();
+    }
+    for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+      EXPECT_EQ(e.tracker().current(static_cast<MemCategory>(c), MemTier::kHost), plan.bytes[c])
+          << to_string(static_cast<MemCategory>(c)) << ": " << what;
+    }
+  });
 }
 
 }  // namespace zero::testing
