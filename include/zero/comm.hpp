@@ -94,7 +94,9 @@ struct CommStats {
 // ---- asynchronous completion
 
 namespace detail {
-// What a backend hands back for one issued collective (zero/comm/request.hpp implements it).
+// What a backend hands back for one issued collective. Implemented by WorkerRequest
+// (zero/comm/ordered_worker.hpp: the in-process and MPI backends) and NcclRequest
+// (zero/comm/nccl_communicator.cpp).
 class CommRequest {
  public:
   virtual ~CommRequest() = default;
