@@ -9,7 +9,8 @@
 //   - MPI (built with ZERO_WITH_MPI): ranks as processes launched by mpirun / srun.
 //   - NCCL (built with ZERO_WITH_CUDA): one GPU per rank; buffers are device pointers.
 // make_communicator() picks the backend and the rank / world size from the launcher's
-// environment (torchrun, OpenMPI, PMI, Slurm) or from explicit options.
+// environment (torchrun, OpenMPI, PMI, Slurm) or from explicit options (CommOptions). This layer
+// knows nothing of the training Config: zero/comm_config.hpp builds CommOptions from one.
 //
 // Collective semantics (all backends; NCCL's rules):
 //   - Every rank of the group must issue the same collectives, in the same order, with the same
@@ -20,7 +21,8 @@
 //   - ReduceOp::kAvg is the sum divided by size(). kMax propagates NaN (in-process, MPI; NCCL:
 //     ncclMax).
 //   - Buffers must stay valid and unmodified (recv: untouched) until the collective completes.
-//   - Every wait has a deadline of timeout_s() (Config::comm_timeout_s, env ZERO_COMM_TIMEOUT_S).
+//   - Every wait has a deadline of timeout_s() (CommOptions::timeout_s; from a Config:
+//     comm_timeout_s, env ZERO_COMM_TIMEOUT_S).
 //     When it passes, or another rank has failed, the wait throws zero::Error with code kTimeout
 //     or kRemoteFailure whose message names the collective, its element count, dtype, op and the
 //     ranks involved. After such a failure the communicator is broken: every later collective on
@@ -28,9 +30,9 @@
 //     process, a failure breaks every communicator of the ThreadGroup, its splits included.
 //
 // Thread safety: a Communicator belongs to one rank and is used by one thread at a time (the
-// rank's thread); stats(), rank(), size(), timeout_s() may be read from any thread. CommHandle is
-// move-only and must be waited on by the thread that uses the communicator. ThreadGroup::run is
-// safe to call from any thread; each call creates an independent group.
+// rank's thread); stats(), rank(), size(), timeout_s() may be read from any thread.
+// CommHandle is move-only and must be waited on by the thread that uses the communicator.
+// ThreadGroup::run is safe to call from any thread; each call creates an independent group.
 #pragma once
 
 #include <array>
@@ -44,11 +46,14 @@
 #include <string_view>
 #include <vector>
 
-#include "zero/config.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
 
 namespace zero {
+
+// The default deadline of every collective wait, in seconds. Config::comm_timeout_s has the same
+// default (config.hpp does not include this header; keep the two equal).
+inline constexpr double kDefaultCommTimeoutS = 600.0;
 
 // ---- operations
 
@@ -242,9 +247,9 @@ class Communicator {
 // caller that manages its own threads take rank r's communicator instead.
 class ThreadGroup {
  public:
-  // REQUIRES: size >= 1, timeout_s > 0 (throws kInvalidArgument otherwise).
-  explicit ThreadGroup(int size, double timeout_s = Config{}.comm_timeout_s);
-  ThreadGroup(int size, const Config& config) : ThreadGroup(size, config.comm_timeout_s) {}
+  // `timeout_s`: the deadline of every collective wait, in seconds (a Config's:
+  // config.comm_timeout_s). REQUIRES: size >= 1, timeout_s > 0 (throws kInvalidArgument).
+  explicit ThreadGroup(int size, double timeout_s = kDefaultCommTimeoutS);
   ~ThreadGroup();
   ThreadGroup(ThreadGroup&&) noexcept;
   ThreadGroup& operator=(ThreadGroup&&) noexcept;
@@ -263,11 +268,9 @@ class ThreadGroup {
   // Runs fn(comm) on `size` new threads, one per rank, and joins them. If a rank throws, the
   // group fails (the other ranks' waits throw kRemoteFailure promptly) and, after every thread
   // has finished, run() rethrows the exception of the rank that failed first.
+  // `timeout_s` as for the constructor.
   static void run(int size, const std::function<void(Communicator&)>& fn,
-                  double timeout_s = Config{}.comm_timeout_s);
-  static void run(int size, const std::function<void(Communicator&)>& fn, const Config& config) {
-    run(size, fn, config.comm_timeout_s);
-  }
+                  double timeout_s = kDefaultCommTimeoutS);
 
   struct State;  // zero/comm/thread_group.cpp
 
@@ -288,13 +291,18 @@ struct LaunchInfo {
   bool mpi_launcher = false;  // OMPI_*, PMI_* or SLURM_* present: MPI can bootstrap
 };
 
+// What make_communicator() needs: the communicator layer's own options. From a training Config:
+// comm_options() in zero/comm_config.hpp.
 struct CommOptions {
   // Explicit placement; -1 = from the environment. When both are given they must agree.
   int rank = -1;
   int size = -1;
   int local_rank = -1;
-  // Overrides Config::comm_backend when not empty: auto | thread | mpi | nccl.
+  // auto | thread | mpi | nccl; empty = not set, which make_communicator() takes as "auto" (and
+  // comm_options() fills from Config::comm_backend). Another value is a kConfig error.
   std::string backend;
+  // Deadline of every collective wait, in seconds (Communicator::timeout_s()). REQUIRES: > 0.
+  double timeout_s = kDefaultCommTimeoutS;
   // auto picks NCCL only for device buffers (a CPU trainer on a GPU machine still gets MPI).
   bool device_buffers = false;
   // NCCL: the CUDA stream (cudaStream_t) whose earlier work every collective waits for before it
@@ -319,8 +327,8 @@ LaunchInfo detect_launch(const CommOptions& options = {},
 // with CUDA and a GPU is present; else MPI under an MPI launcher when built with MPI; else the
 // in-process backend for a single process. "thread" with size > 1 is a
 // kConfig error (use ThreadGroup). A backend not built in is kConfig; a backend that fails to
-// start is kCommunication (NCCL: kCuda).
-std::unique_ptr<Communicator> make_communicator(const Config& config,
-                                                const CommOptions& options = {});
+// start is kCommunication (NCCL: kCuda). A backend other than auto, thread, mpi or nccl is kConfig
+// naming it; timeout_s <= 0 is kInvalidArgument.
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options = {});
 
 }  // namespace zero

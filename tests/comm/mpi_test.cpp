@@ -15,11 +15,10 @@ namespace {
 // The world communicator, shared by the tests (MPI is initialised once per process).
 Communicator& world() {
   static std::unique_ptr<Communicator> comm = [] {
-    Config config;
-    config.comm_timeout_s = 120;
     CommOptions options;
+    options.timeout_s = 120;
     options.backend = "mpi";  // also when started without mpirun: a world of one
-    return make_communicator(config, options);
+    return make_communicator(options);
   }();
   return *comm;
 }
@@ -33,7 +32,7 @@ TEST(Mpi, LaunchIsDetected) {
     EXPECT_EQ(c.rank(), info.rank);
     EXPECT_EQ(c.size(), info.size);
     // auto picks MPI under mpirun.
-    EXPECT_EQ("mpi", make_communicator(Config{})->backend());
+    EXPECT_EQ("mpi", make_communicator()->backend());
   }
 }
 

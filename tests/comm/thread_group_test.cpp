@@ -264,9 +264,8 @@ TEST(ThreadGroup, CommunicatorIsBrokenAfterAFailure) {
   }
 }
 
-TEST(ThreadGroup, TimeoutComesFromTheConfig) {
-  const Config config = parse_config(R"({"comm_timeout_s": 0.25})");
-  ThreadGroup group(2, config);
+TEST(ThreadGroup, TimeoutIsTheGivenSeconds) {
+  ThreadGroup group(2, 0.25);
   auto c0 = group.communicator(0);
   EXPECT_EQ(0.25, c0->timeout_s());
   const auto start = Clock::now();
@@ -429,28 +428,39 @@ TEST(ThreadGroup, ByteCountersFollowTheRingVolumes) {
 }
 
 TEST(ThreadGroup, MakeCommunicatorGivesASingleRankThreadBackend) {
-  Config config;
-  config.comm_backend = "thread";
   CommOptions explicit_single;
+  explicit_single.backend = "thread";
   explicit_single.rank = 0;
   explicit_single.size = 1;
-  auto c = make_communicator(config, explicit_single);
+  explicit_single.timeout_s = 42.0;
+  auto c = make_communicator(explicit_single);
   EXPECT_EQ("thread", c->backend());
   EXPECT_EQ(1, c->size());
+  EXPECT_EQ(42.0, c->timeout_s());
   EXPECT_EQ("",
             check_all_reduce(*c, 97, DType::kF16, ReduceOp::kAvg, true, 3, Exactness::kFixedOrder));
-  CommOptions two;
+  CommOptions two = explicit_single;
   two.rank = 1;
   two.size = 2;
   try {
-    make_communicator(config, two);
+    make_communicator(two);
     ADD_FAILURE() << "thread backend with size 2 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(ErrorCode::kConfig, e.code());
     EXPECT_NE(std::string::npos, e.message().find("ThreadGroup")) << e.what();
   }
-  config.comm_backend = "bogus";
-  EXPECT_THROW(make_communicator(config, explicit_single), Error);
+  CommOptions bogus = explicit_single;
+  bogus.backend = "bogus";
+  try {
+    make_communicator(bogus);
+    ADD_FAILURE() << "backend 'bogus' accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kConfig, e.code());
+    EXPECT_NE(std::string::npos, e.message().find("'bogus'")) << e.what();
+  }
+  CommOptions no_deadline = explicit_single;
+  no_deadline.timeout_s = 0;
+  EXPECT_THROW(make_communicator(no_deadline), Error);
 }
 
 }  // namespace
