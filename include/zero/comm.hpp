@@ -30,7 +30,7 @@
 //     process, a failure breaks every communicator of the ThreadGroup, its splits included.
 //
 // Thread safety: a Communicator belongs to one rank and is used by one thread at a time (the
-// rank's thread); stats(), rank(), size(), timeout_s() may be read from any thread.
+// rank's thread); stats(), events(), rank(), size(), timeout_s() may be read from any thread.
 // CommHandle is move-only and must be waited on by the thread that uses the communicator.
 // ThreadGroup::run is safe to call from any thread; each call creates an independent group.
 #pragma once
@@ -96,9 +96,40 @@ struct CommStats {
   std::uint64_t bytes_received() const;
 };
 
+// ---- collective timestamps
+
+// One collective this rank ran, as Communicator::events() reports it (recording is opt-in:
+// set_event_capacity()). Times are this process's steady_clock, so events of the ranks of one
+// ThreadGroup compare directly; across processes only durations do.
+//   issued    the caller issued it (the blocking or *_async call was entered).
+//   started   this rank's backend began executing it: the in-process and MPI backends, when the
+//             communicator's worker thread (or, for a blocking collective run inline, the
+//             caller's thread) started the collective. This includes the time spent waiting for
+//             the other ranks to join. NCCL: when it was enqueued on the GPU stream (the host
+//             does not know when the GPU started it).
+//   finished  this rank's backend had completed it (in-process, MPI: on the thread that ran
+//             it). NCCL: when the host first observed completion, in CommHandle::test() or
+//             wait(), so it is no earlier than the GPU's completion and may be much later.
+// issued <= started <= finished.
+struct CollectiveEvent {
+  Collective kind = Collective::kBarrier;
+  std::size_t count = 0;  // elements, as passed to the collective (see detail::CollectiveArgs)
+  DType dtype = DType::kF32;
+  // Index of this collective among all collectives issued on this communicator (0-based,
+  // counted whether or not recording was on). The ranks of a group issue the same collectives
+  // in the same order, so equal seq on two ranks is the same collective.
+  std::uint64_t seq = 0;
+  std::chrono::steady_clock::time_point issued{};
+  std::chrono::steady_clock::time_point started{};
+  std::chrono::steady_clock::time_point finished{};
+};
+
 // ---- asynchronous completion
 
 namespace detail {
+class EventLog;    // zero/comm/event_log.hpp
+class EventProbe;  // zero/comm/event_log.hpp
+
 // What a backend hands back for one issued collective. Implemented by WorkerRequest
 // (zero/comm/ordered_worker.hpp: the in-process and MPI backends) and NcclRequest
 // (zero/comm/nccl_communicator.cpp).
@@ -174,6 +205,18 @@ class Communicator {
   CommStats stats() const;
   void reset_stats();
 
+  // Keeps the timestamps (CollectiveEvent) of the last `n` collectives that completed
+  // successfully on this rank; 0 (the default) turns recording off and drops the record. Off,
+  // a collective costs a branch or two more than without this feature. Collectives already in
+  // flight when the capacity changes may or may not be recorded; a failed collective is not.
+  // A communicator made by split() starts with recording off. Call from the thread that uses
+  // the communicator.
+  void set_event_capacity(std::size_t n);
+  std::size_t event_capacity() const noexcept { return event_capacity_; }
+  // The recorded events, oldest (lowest seq) first. Safe from any thread, concurrently with the
+  // backend's worker recording: it copies the record under a mutex.
+  std::vector<CollectiveEvent> events() const;
+
   // ---- collectives. Buffers are host memory for the thread and MPI backends and device memory
   // of this rank's GPU for NCCL. A count of 0 is valid (the collective still synchronises).
   // Bad arguments (null buffer with a non-zero count, a partial overlap that is not the in-place
@@ -228,17 +271,32 @@ class Communicator {
   // "all_reduce(1000 x f32, sum) on ranks {0,1,2,3}, rank 1": the text every error names.
   std::string describe(const detail::CollectiveArgs& args) const;
 
+  // The timestamps of the collective being issued, for start() / run_blocking() to stamp on the
+  // thread that executes it (EventProbe::started() / finished()). Empty when recording is off.
+  // Take it once per collective, where the collective is executed (start() takes it when
+  // run_blocking() falls back to it).
+  detail::EventProbe take_event_probe();
+
  private:
   void check(const detail::CollectiveArgs& args) const;  // throws kInvalidArgument
   CommHandle issue(const detail::CollectiveArgs& args);
   void run(const detail::CollectiveArgs& args);
   void count(const detail::CollectiveArgs& args);
 
+  // Opens the event of the collective about to be issued (when recording is on).
+  void open_event(const detail::CollectiveArgs& args);
+
   int rank_;
   int size_;
   std::vector<int> world_ranks_;
   std::atomic<double> timeout_s_;
   std::array<std::array<std::atomic<std::uint64_t>, 3>, kNumCollectives> stats_{};
+  // Collective timestamps (owning thread: seq_, event_capacity_, the pending event).
+  std::uint64_t seq_ = 0;
+  std::size_t event_capacity_ = 0;
+  bool event_pending_ = false;
+  CollectiveEvent pending_event_;
+  std::shared_ptr<detail::EventLog> event_log_;  // shared with tasks that outlive this object
 };
 
 // ---- the in-process backend
