@@ -251,10 +251,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<Communicator> mpi;
 #if ZERO_WITH_MPI
   if (launch.mpi_launcher) {
-    zero::Config config;
     zero::CommOptions options;
     options.backend = "mpi";
-    mpi = zero::make_communicator(config, options);
+    mpi = zero::make_communicator(options);
     g_mpi = mpi.get();
     MPI_Comm_dup(MPI_COMM_WORLD, &g_raw);
     benchmark::RegisterBenchmark("BM_MpiReduceScatter", BM_Mpi, Collective::kReduceScatter)

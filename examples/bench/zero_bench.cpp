@@ -354,7 +354,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
           unpack(all.data() + static_cast<std::size_t>(q) * mine.size());
     }
   } else {
-    ThreadGroup::run(n, body, cfg);
+    ThreadGroup::run(n, body, cfg.comm_timeout_s);
   }
   return c;
 }
@@ -458,8 +458,7 @@ int run(int argc, char** argv) {
   // Under mpirun / srun / torchrun: the ranks are processes; otherwise in-process threads.
   std::unique_ptr<Communicator> world;
   if (detect_launch().size > 1) {
-    Config c;
-    world = make_communicator(c);
+    world = make_communicator(CommOptions{});
   }
   const bool printer = world == nullptr || world->rank() == 0;
   std::vector<ConfigFigures> all;

@@ -32,6 +32,7 @@
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/comm.hpp"
+#include "zero/comm_config.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
@@ -376,7 +377,7 @@ int run(int argc, char** argv) {
       [&](Communicator& comm) {
         train_rank(comm, o, cfg, corpus, print, Placement{}, make_cpu_model);
       },
-      cfg);
+      cfg.comm_timeout_s);
   return 0;
 }
 

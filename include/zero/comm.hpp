@@ -9,7 +9,8 @@
 //   - MPI (built with ZERO_WITH_MPI): ranks as processes launched by mpirun / srun.
 //   - NCCL (built with ZERO_WITH_CUDA): one GPU per rank; buffers are device pointers.
 // make_communicator() picks the backend and the rank / world size from the launcher's
-// environment (torchrun, OpenMPI, PMI, Slurm) or from explicit options.
+// environment (torchrun, OpenMPI, PMI, Slurm) or from explicit options (CommOptions). This layer
+// knows nothing of the training Config: zero/comm_config.hpp builds CommOptions from one.
 //
 // Collective semantics (all backends; NCCL's rules):
 //   - Every rank of the group must issue the same collectives, in the same order, with the same
@@ -20,7 +21,8 @@
 //   - ReduceOp::kAvg is the sum divided by size(). kMax propagates NaN (in-process, MPI; NCCL:
 //     ncclMax).
 //   - Buffers must stay valid and unmodified (recv: untouched) until the collective completes.
-//   - Every wait has a deadline of timeout_s() (Config::comm_timeout_s, env ZERO_COMM_TIMEOUT_S).
+//   - Every wait has a deadline of timeout_s() (CommOptions::timeout_s; from a Config:
+//     comm_timeout_s, env ZERO_COMM_TIMEOUT_S).
 //     When it passes, or another rank has failed, the wait throws zero::Error with code kTimeout
 //     or kRemoteFailure whose message names the collective, its element count, dtype, op and the
 //     ranks involved. After such a failure the communicator is broken: every later collective on
@@ -28,9 +30,9 @@
 //     process, a failure breaks every communicator of the ThreadGroup, its splits included.
 //
 // Thread safety: a Communicator belongs to one rank and is used by one thread at a time (the
-// rank's thread); stats(), rank(), size(), timeout_s() may be read from any thread. CommHandle is
-// move-only and must be waited on by the thread that uses the communicator. ThreadGroup::run is
-// safe to call from any thread; each call creates an independent group.
+// rank's thread); stats(), events(), rank(), size(), timeout_s() may be read from any thread.
+// CommHandle is move-only and must be waited on by the thread that uses the communicator.
+// ThreadGroup::run is safe to call from any thread; each call creates an independent group.
 #pragma once
 
 #include <array>
@@ -44,11 +46,14 @@
 #include <string_view>
 #include <vector>
 
-#include "zero/config.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
 
 namespace zero {
+
+// The default deadline of every collective wait, in seconds. Config::comm_timeout_s has the same
+// default (config.hpp does not include this header; keep the two equal).
+inline constexpr double kDefaultCommTimeoutS = 600.0;
 
 // ---- operations
 
@@ -91,10 +96,43 @@ struct CommStats {
   std::uint64_t bytes_received() const;
 };
 
+// ---- collective timestamps
+
+// One collective this rank ran, as Communicator::events() reports it (recording is opt-in:
+// set_event_capacity()). Times are this process's steady_clock, so events of the ranks of one
+// ThreadGroup compare directly; across processes only durations do.
+//   issued    the caller issued it (the blocking or *_async call was entered).
+//   started   this rank's backend began executing it: the in-process and MPI backends, when the
+//             communicator's worker thread (or, for a blocking collective run inline, the
+//             caller's thread) started the collective. This includes the time spent waiting for
+//             the other ranks to join. NCCL: when it was enqueued on the GPU stream (the host
+//             does not know when the GPU started it).
+//   finished  this rank's backend had completed it (in-process, MPI: on the thread that ran
+//             it). NCCL: when the host first observed completion, in CommHandle::test() or
+//             wait(), so it is no earlier than the GPU's completion and may be much later.
+// issued <= started <= finished.
+struct CollectiveEvent {
+  Collective kind = Collective::kBarrier;
+  std::size_t count = 0;  // elements, as passed to the collective (see detail::CollectiveArgs)
+  DType dtype = DType::kF32;
+  // Index of this collective among all collectives issued on this communicator (0-based,
+  // counted whether or not recording was on). The ranks of a group issue the same collectives
+  // in the same order, so equal seq on two ranks is the same collective.
+  std::uint64_t seq = 0;
+  std::chrono::steady_clock::time_point issued{};
+  std::chrono::steady_clock::time_point started{};
+  std::chrono::steady_clock::time_point finished{};
+};
+
 // ---- asynchronous completion
 
 namespace detail {
-// What a backend hands back for one issued collective (zero/comm/request.hpp implements it).
+class EventLog;    // zero/comm/event_log.hpp
+class EventProbe;  // zero/comm/event_log.hpp
+
+// What a backend hands back for one issued collective. Implemented by WorkerRequest
+// (zero/comm/ordered_worker.hpp: the in-process and MPI backends) and NcclRequest
+// (zero/comm/nccl_communicator.cpp).
 class CommRequest {
  public:
   virtual ~CommRequest() = default;
@@ -167,6 +205,18 @@ class Communicator {
   CommStats stats() const;
   void reset_stats();
 
+  // Keeps the timestamps (CollectiveEvent) of the last `n` collectives that completed
+  // successfully on this rank; 0 (the default) turns recording off and drops the record. Off,
+  // a collective costs a branch or two more than without this feature. Collectives already in
+  // flight when the capacity changes may or may not be recorded; a failed collective is not.
+  // A communicator made by split() starts with recording off. Call from the thread that uses
+  // the communicator.
+  void set_event_capacity(std::size_t n);
+  std::size_t event_capacity() const noexcept { return event_capacity_; }
+  // The recorded events, oldest (lowest seq) first. Safe from any thread, concurrently with the
+  // backend's worker recording: it copies the record under a mutex.
+  std::vector<CollectiveEvent> events() const;
+
   // ---- collectives. Buffers are host memory for the thread and MPI backends and device memory
   // of this rank's GPU for NCCL. A count of 0 is valid (the collective still synchronises).
   // Bad arguments (null buffer with a non-zero count, a partial overlap that is not the in-place
@@ -221,17 +271,32 @@ class Communicator {
   // "all_reduce(1000 x f32, sum) on ranks {0,1,2,3}, rank 1": the text every error names.
   std::string describe(const detail::CollectiveArgs& args) const;
 
+  // The timestamps of the collective being issued, for start() / run_blocking() to stamp on the
+  // thread that executes it (EventProbe::started() / finished()). Empty when recording is off.
+  // Take it once per collective, where the collective is executed (start() takes it when
+  // run_blocking() falls back to it).
+  detail::EventProbe take_event_probe();
+
  private:
   void check(const detail::CollectiveArgs& args) const;  // throws kInvalidArgument
   CommHandle issue(const detail::CollectiveArgs& args);
   void run(const detail::CollectiveArgs& args);
   void count(const detail::CollectiveArgs& args);
 
+  // Opens the event of the collective about to be issued (when recording is on).
+  void open_event(const detail::CollectiveArgs& args);
+
   int rank_;
   int size_;
   std::vector<int> world_ranks_;
   std::atomic<double> timeout_s_;
   std::array<std::array<std::atomic<std::uint64_t>, 3>, kNumCollectives> stats_{};
+  // Collective timestamps (owning thread: seq_, event_capacity_, the pending event).
+  std::uint64_t seq_ = 0;
+  std::size_t event_capacity_ = 0;
+  bool event_pending_ = false;
+  CollectiveEvent pending_event_;
+  std::shared_ptr<detail::EventLog> event_log_;  // shared with tasks that outlive this object
 };
 
 // ---- the in-process backend
@@ -240,9 +305,9 @@ class Communicator {
 // caller that manages its own threads take rank r's communicator instead.
 class ThreadGroup {
  public:
-  // REQUIRES: size >= 1, timeout_s > 0 (throws kInvalidArgument otherwise).
-  explicit ThreadGroup(int size, double timeout_s = Config{}.comm_timeout_s);
-  ThreadGroup(int size, const Config& config) : ThreadGroup(size, config.comm_timeout_s) {}
+  // `timeout_s`: the deadline of every collective wait, in seconds (a Config's:
+  // config.comm_timeout_s). REQUIRES: size >= 1, timeout_s > 0 (throws kInvalidArgument).
+  explicit ThreadGroup(int size, double timeout_s = kDefaultCommTimeoutS);
   ~ThreadGroup();
   ThreadGroup(ThreadGroup&&) noexcept;
   ThreadGroup& operator=(ThreadGroup&&) noexcept;
@@ -261,11 +326,9 @@ class ThreadGroup {
   // Runs fn(comm) on `size` new threads, one per rank, and joins them. If a rank throws, the
   // group fails (the other ranks' waits throw kRemoteFailure promptly) and, after every thread
   // has finished, run() rethrows the exception of the rank that failed first.
+  // `timeout_s` as for the constructor.
   static void run(int size, const std::function<void(Communicator&)>& fn,
-                  double timeout_s = Config{}.comm_timeout_s);
-  static void run(int size, const std::function<void(Communicator&)>& fn, const Config& config) {
-    run(size, fn, config.comm_timeout_s);
-  }
+                  double timeout_s = kDefaultCommTimeoutS);
 
   struct State;  // zero/comm/thread_group.cpp
 
@@ -286,13 +349,18 @@ struct LaunchInfo {
   bool mpi_launcher = false;  // OMPI_*, PMI_* or SLURM_* present: MPI can bootstrap
 };
 
+// What make_communicator() needs: the communicator layer's own options. From a training Config:
+// comm_options() in zero/comm_config.hpp.
 struct CommOptions {
   // Explicit placement; -1 = from the environment. When both are given they must agree.
   int rank = -1;
   int size = -1;
   int local_rank = -1;
-  // Overrides Config::comm_backend when not empty: auto | thread | mpi | nccl.
+  // auto | thread | mpi | nccl; empty = not set, which make_communicator() takes as "auto" (and
+  // comm_options() fills from Config::comm_backend). Another value is a kConfig error.
   std::string backend;
+  // Deadline of every collective wait, in seconds (Communicator::timeout_s()). REQUIRES: > 0.
+  double timeout_s = kDefaultCommTimeoutS;
   // auto picks NCCL only for device buffers (a CPU trainer on a GPU machine still gets MPI).
   bool device_buffers = false;
   // NCCL: the CUDA stream (cudaStream_t) whose earlier work every collective waits for before it
@@ -317,8 +385,8 @@ LaunchInfo detect_launch(const CommOptions& options = {},
 // with CUDA and a GPU is present; else MPI under an MPI launcher when built with MPI; else the
 // in-process backend for a single process. "thread" with size > 1 is a
 // kConfig error (use ThreadGroup). A backend not built in is kConfig; a backend that fails to
-// start is kCommunication (NCCL: kCuda).
-std::unique_ptr<Communicator> make_communicator(const Config& config,
-                                                const CommOptions& options = {});
+// start is kCommunication (NCCL: kCuda). A backend other than auto, thread, mpi or nccl is kConfig
+// naming it; timeout_s <= 0 is kInvalidArgument.
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options = {});
 
 }  // namespace zero

@@ -168,7 +168,9 @@ struct Config {
   ActivationCheckpointingConfig activation_checkpointing{};
   AioConfig aio{};
   // zero extensions (top level)
-  double comm_timeout_s = 600.0;      // every collective wait; env ZERO_COMM_TIMEOUT_S
+  // Seconds, every collective wait; env ZERO_COMM_TIMEOUT_S. Must equal kDefaultCommTimeoutS
+  // (zero/comm.hpp, not included here: the config does not depend on the communicator).
+  double comm_timeout_s = 600.0;
   std::string comm_backend = "auto";  // auto | thread | mpi | nccl
   // Reduction dtype of gradients ("" = fp32 for 16-bit training, the gradient dtype otherwise).
   std::string communication_data_type;  // "" | fp32 | fp16 | bf16

@@ -7,7 +7,6 @@
 #include <memory>
 
 #include "zero/comm.hpp"
-#include "zero/config.hpp"
 #include "zero/detail/cuda_runtime.hpp"
 
 #define REQUIRE_DEVICE()                                                                \
@@ -22,15 +21,14 @@ namespace zero::testing {
 // Rank 0 of 1 on cuda:0 over NCCL; collectives wait for `stream` (a cudaStream_t; null: the
 // legacy default stream), which must be the engine's EngineOptions::cuda_stream.
 inline std::unique_ptr<Communicator> single_gpu_comm(void* stream = nullptr) {
-  Config config;
-  config.comm_timeout_s = 120;
   CommOptions co;
+  co.timeout_s = 120;
   co.backend = "nccl";
   co.rank = 0;
   co.size = 1;
   co.local_rank = 0;
   co.cuda_stream = stream;
-  return make_communicator(config, co);
+  return make_communicator(co);
 }
 
 }  // namespace zero::testing

@@ -114,12 +114,11 @@ TEST(DetectLaunch, MalformedValuesAreConfigErrors) {
 }
 
 TEST(MakeCommunicator, AutoWithoutABackendForTheWorldSizeIsAConfigError) {
-  Config config;
   CommOptions opt;
   opt.rank = 0;
   opt.size = 2;  // explicit, not an MPI launch, host buffers: nothing can connect the ranks
   try {
-    make_communicator(config, opt);
+    make_communicator(opt);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(ErrorCode::kConfig, e.code()) << e.what();

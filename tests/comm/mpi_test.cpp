@@ -15,11 +15,10 @@ namespace {
 // The world communicator, shared by the tests (MPI is initialised once per process).
 Communicator& world() {
   static std::unique_ptr<Communicator> comm = [] {
-    Config config;
-    config.comm_timeout_s = 120;
     CommOptions options;
+    options.timeout_s = 120;
     options.backend = "mpi";  // also when started without mpirun: a world of one
-    return make_communicator(config, options);
+    return make_communicator(options);
   }();
   return *comm;
 }
@@ -33,7 +32,7 @@ TEST(Mpi, LaunchIsDetected) {
     EXPECT_EQ(c.rank(), info.rank);
     EXPECT_EQ(c.size(), info.size);
     // auto picks MPI under mpirun.
-    EXPECT_EQ("mpi", make_communicator(Config{})->backend());
+    EXPECT_EQ("mpi", make_communicator()->backend());
   }
 }
 
@@ -167,6 +166,54 @@ TEST(Mpi, SmallBlockingCollectiveMatchesWhetherRunInlineOrQueued) {
     ASSERT_EQ(big_out[12345], static_cast<float>(c.size()));
   }
   c.set_timeout_s(saved);
+}
+
+// Collective timestamps on the MPI backend: inline (small blocking), progress thread (large
+// async, small async), in issue order. Rank 0 then issues a large all_reduce that rank 1 joins
+// late and sleeps past that: the event must have finished well after issue (not stamped at
+// issue) and before the wait (not stamped at wait).
+TEST(Mpi, EventsAreTimedWhereTheCollectiveRuns) {
+  auto c = world().split(0, world().rank());  // a fresh communicator: seq starts at 0
+  ASSERT_NE(nullptr, c);
+  c->set_event_capacity(8);
+  float one = 1.0f, sum = 0.0f;
+  std::vector<float> big(std::size_t{1} << 20, 1.0f);
+  c->all_reduce(&one, &sum, 1, DType::kF32, ReduceOp::kSum);
+  CommHandle h =
+      c->all_reduce_async(big.data(), big.data(), big.size(), DType::kF32, ReduceOp::kSum);
+  CommHandle b = c->barrier_async();
+  h.wait();
+  b.wait();
+  std::vector<CollectiveEvent> ev = c->events();
+  ASSERT_EQ(3u, ev.size());
+  const Collective kinds[] = {Collective::kAllReduce, Collective::kAllReduce, Collective::kBarrier};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(kinds[k], ev[k].kind) << k;
+    EXPECT_EQ(static_cast<std::uint64_t>(k), ev[k].seq) << k;
+    EXPECT_LE(ev[k].issued, ev[k].started) << k;
+    EXPECT_LE(ev[k].started, ev[k].finished) << k;
+    if (k > 0) {
+      EXPECT_LE(ev[k - 1].finished, ev[k].started) << k;
+    }
+  }
+  EXPECT_EQ(big.size(), ev[1].count);
+  if (c->size() < 2) return;
+  constexpr auto kPeerLate = std::chrono::milliseconds(200);
+  c->set_event_capacity(1);
+  if (c->rank() == 0) {
+    CommHandle late =
+        c->all_reduce_async(big.data(), big.data(), big.size(), DType::kF32, ReduceOp::kSum);
+    std::this_thread::sleep_for(4 * kPeerLate);
+    const auto wait_called = std::chrono::steady_clock::now();
+    late.wait();
+    ev = c->events();
+    ASSERT_EQ(1u, ev.size());
+    EXPECT_GE(ev[0].finished - ev[0].issued, kPeerLate / 2) << "stamped at issue?";
+    EXPECT_LT(ev[0].finished, wait_called) << "stamped at wait()?";
+  } else {
+    if (c->rank() == 1) std::this_thread::sleep_for(kPeerLate);
+    c->all_reduce(big.data(), big.data(), big.size(), DType::kF32, ReduceOp::kSum);
+  }
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ TEST(Nccl, WithoutADeviceTheBackendIsACudaError) {
   // auto never picks NCCL without a device, even for device buffers.
   CommOptions options;
   options.device_buffers = true;
-  EXPECT_EQ("thread", make_communicator(Config{}, options)->backend());
+  EXPECT_EQ("thread", make_communicator(options)->backend());
 }
 
 TEST(Nccl, EveryCollectiveMatchesReferenceOnOneGpu) {

@@ -1,6 +1,7 @@
 // The in-process backend: every collective x dtype x op against the float64 (here: exact
 // fixed-order fp32) reference at world sizes 1, 2, 3, 4, 8; 64 MiB buffers; bitwise
-// determinism; async ordering; failure, timeout and departure propagation; split; counters.
+// determinism; async ordering; failure, timeout and departure propagation; split; counters;
+// collective timestamps.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -264,9 +265,8 @@ TEST(ThreadGroup, CommunicatorIsBrokenAfterAFailure) {
   }
 }
 
-TEST(ThreadGroup, TimeoutComesFromTheConfig) {
-  const Config config = parse_config(R"({"comm_timeout_s": 0.25})");
-  ThreadGroup group(2, config);
+TEST(ThreadGroup, TimeoutIsTheGivenSeconds) {
+  ThreadGroup group(2, 0.25);
   auto c0 = group.communicator(0);
   EXPECT_EQ(0.25, c0->timeout_s());
   const auto start = Clock::now();
@@ -429,28 +429,185 @@ TEST(ThreadGroup, ByteCountersFollowTheRingVolumes) {
 }
 
 TEST(ThreadGroup, MakeCommunicatorGivesASingleRankThreadBackend) {
-  Config config;
-  config.comm_backend = "thread";
   CommOptions explicit_single;
+  explicit_single.backend = "thread";
   explicit_single.rank = 0;
   explicit_single.size = 1;
-  auto c = make_communicator(config, explicit_single);
+  explicit_single.timeout_s = 42.0;
+  auto c = make_communicator(explicit_single);
   EXPECT_EQ("thread", c->backend());
   EXPECT_EQ(1, c->size());
+  EXPECT_EQ(42.0, c->timeout_s());
   EXPECT_EQ("",
             check_all_reduce(*c, 97, DType::kF16, ReduceOp::kAvg, true, 3, Exactness::kFixedOrder));
-  CommOptions two;
+  CommOptions two = explicit_single;
   two.rank = 1;
   two.size = 2;
   try {
-    make_communicator(config, two);
+    make_communicator(two);
     ADD_FAILURE() << "thread backend with size 2 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(ErrorCode::kConfig, e.code());
     EXPECT_NE(std::string::npos, e.message().find("ThreadGroup")) << e.what();
   }
-  config.comm_backend = "bogus";
-  EXPECT_THROW(make_communicator(config, explicit_single), Error);
+  CommOptions bogus = explicit_single;
+  bogus.backend = "bogus";
+  try {
+    make_communicator(bogus);
+    ADD_FAILURE() << "backend 'bogus' accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kConfig, e.code());
+    EXPECT_NE(std::string::npos, e.message().find("'bogus'")) << e.what();
+  }
+  CommOptions no_deadline = explicit_single;
+  no_deadline.timeout_s = 0;
+  EXPECT_THROW(make_communicator(no_deadline), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// collective timestamps (Communicator::events)
+
+TEST(ThreadGroupEvents, OffByDefaultRecordsNothing) {
+  ThreadGroup::run(2, [](Communicator& c) {
+    EXPECT_EQ(0u, c.event_capacity());
+    std::vector<float> a(1000, 1.0f);
+    c.all_reduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);
+    c.all_reduce_async(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum).wait();
+    c.barrier();
+    EXPECT_TRUE(c.events().empty());
+  });
+}
+
+void expect_ordered(const CollectiveEvent& e, int k) {
+  EXPECT_LE(e.issued, e.started) << "event " << k;
+  EXPECT_LE(e.started, e.finished) << "event " << k;
+}
+
+TEST(ThreadGroupEvents, RecordedInIssueOrderWithOrderedTimestamps) {
+  ThreadGroup::run(3, [](Communicator& c) {
+    const std::size_t n = static_cast<std::size_t>(c.size());
+    std::vector<float> a(3000, 1.0f), g(3 * 1000);
+    std::vector<std::uint16_t> h(1000 * n, 0), b(7, 0);
+    c.barrier();  // before recording: takes seq 0 all the same
+    c.set_event_capacity(16);
+    c.all_reduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);  // inline
+    CommHandle rs = c.reduce_scatter_async(h.data(), h.data() + c.rank() * 1000, 1000, DType::kBF16,
+                                           ReduceOp::kSum);
+    CommHandle ag = c.all_gather_async(a.data(), g.data(), 1000, DType::kF32);
+    c.broadcast(b.data(), b.data(), 7, DType::kF16, 0);  // behind the two: on the worker
+    ag.wait();
+    rs.wait();
+    c.barrier();
+    const std::vector<CollectiveEvent> ev = c.events();
+    ASSERT_EQ(5u, ev.size());
+    const Collective kinds[] = {Collective::kAllReduce, Collective::kReduceScatter,
+                                Collective::kAllGather, Collective::kBroadcast,
+                                Collective::kBarrier};
+    const std::size_t counts[] = {3000, 1000, 1000, 7, 0};
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF32, DType::kF16, DType::kF32};
+    for (int k = 0; k < 5; ++k) {
+      EXPECT_EQ(kinds[k], ev[k].kind) << k;
+      EXPECT_EQ(counts[k], ev[k].count) << k;
+      EXPECT_EQ(dtypes[k], ev[k].dtype) << k;
+      EXPECT_EQ(static_cast<std::uint64_t>(k + 1), ev[k].seq) << k;
+      expect_ordered(ev[k], k);
+      if (k > 0) {
+        EXPECT_LE(ev[k - 1].issued, ev[k].issued) << k;
+        EXPECT_LE(ev[k - 1].finished, ev[k].started) << k;  // one at a time, in issue order
+      }
+    }
+  });
+}
+
+// The test that timestamps are taken where the collective runs, not at issue or wait: rank 0
+// issues an all_reduce and "computes" (sleeps) for far longer than rank 1 takes to join. Its
+// event must have finished after rank 1 joined (so not stamped at issue) and before rank 0
+// called wait() (so not stamped at wait): the collective ran during the compute.
+TEST(ThreadGroupEvents, AsyncCollectiveRunsDuringTheIssuersCompute) {
+  constexpr auto kPeerLate = std::chrono::milliseconds(150);
+  constexpr auto kCompute = std::chrono::milliseconds(900);
+  std::atomic<Clock::rep> peer_joined{0};
+  ThreadGroup::run(2, [&](Communicator& c) {
+    c.set_event_capacity(4);
+    std::vector<float> a(4096, 1.0f);
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(kPeerLate);
+      peer_joined = Clock::now().time_since_epoch().count();
+      c.all_reduce(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);
+      const std::vector<CollectiveEvent> ev = c.events();
+      ASSERT_EQ(1u, ev.size());
+      expect_ordered(ev[0], 0);
+      EXPECT_GE(ev[0].issued.time_since_epoch().count(), peer_joined.load());
+      return;
+    }
+    const auto issue = Clock::now();
+    CommHandle h = c.all_reduce_async(a.data(), a.data(), a.size(), DType::kF32, ReduceOp::kSum);
+    std::this_thread::sleep_for(kCompute);
+    const auto wait_called = Clock::now();
+    h.wait();
+    EXPECT_EQ(2.0f, a[4095]);
+    const std::vector<CollectiveEvent> ev = c.events();
+    ASSERT_EQ(1u, ev.size());
+    const CollectiveEvent& e = ev[0];
+    expect_ordered(e, 0);
+    EXPECT_GE(e.issued, issue);
+    const Clock::time_point joined{Clock::duration(peer_joined.load())};
+    EXPECT_LT(e.started, joined) << "the worker began at once, before the peer came";
+    EXPECT_GE(e.finished, joined) << "finished stamped before the peer joined (at issue?)";
+    EXPECT_LT(e.finished, wait_called) << "finished stamped at wait(), not where it ran";
+  });
+}
+
+// A blocking collective run inline is timed on the caller's thread the same way: it started
+// when issued, before the late peer came, and finished after.
+TEST(ThreadGroupEvents, BlockingCollectiveIsTimedWhereItRuns) {
+  constexpr auto kPeerLate = std::chrono::milliseconds(150);
+  std::atomic<Clock::rep> peer_joined{0};
+  ThreadGroup::run(2, [&](Communicator& c) {
+    c.set_event_capacity(1);
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(kPeerLate);
+      peer_joined = Clock::now().time_since_epoch().count();
+      c.barrier();
+      return;
+    }
+    c.barrier();
+    const std::vector<CollectiveEvent> ev = c.events();
+    ASSERT_EQ(1u, ev.size());
+    const Clock::time_point joined{Clock::duration(peer_joined.load())};
+    expect_ordered(ev[0], 0);
+    EXPECT_LT(ev[0].started, joined);
+    EXPECT_GE(ev[0].finished, joined);
+  });
+}
+
+TEST(ThreadGroupEvents, CapacityBoundsTheRecord) {
+  ThreadGroup::run(2, [](Communicator& c) {
+    c.set_event_capacity(3);
+    // A reader on another thread while the worker records (TSan checks the locking).
+    std::atomic<bool> stop{false};
+    std::thread reader([&] {
+      while (!stop.load()) EXPECT_LE(c.events().size(), 3u);
+    });
+    std::vector<CommHandle> handles;
+    for (int k = 0; k < 50; ++k) handles.push_back(c.barrier_async());
+    for (auto& h : handles) h.wait();
+    stop = true;
+    reader.join();
+    std::vector<CollectiveEvent> ev = c.events();
+    ASSERT_EQ(3u, ev.size());
+    EXPECT_EQ(47u, ev[0].seq);
+    EXPECT_EQ(49u, ev[2].seq);
+    c.set_event_capacity(0);  // off: the record is dropped and nothing more is kept
+    EXPECT_TRUE(c.events().empty());
+    c.barrier();
+    EXPECT_TRUE(c.events().empty());
+    c.set_event_capacity(2);
+    c.barrier();
+    ev = c.events();
+    ASSERT_EQ(1u, ev.size());
+    EXPECT_EQ(51u, ev[0].seq);
+  });
 }
 
 }  // namespace

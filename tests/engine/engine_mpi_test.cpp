@@ -12,6 +12,7 @@
 
 #include "engine/mlp_training.hpp"
 #include "zero/comm.hpp"
+#include "zero/comm_config.hpp"
 
 namespace zero {
 namespace {

@@ -1,9 +1,10 @@
 // The backend-independent front end of zero::Communicator: argument checks, byte counters,
-// blocking forms, handles.
+// collective timestamps, blocking forms, handles.
 #include <cstdint>
 #include <limits>
 
 #include "zero/comm.hpp"
+#include "zero/comm/event_log.hpp"
 #include "zero/log.hpp"
 
 namespace zero {
@@ -88,7 +89,11 @@ bool CommHandle::test() {
 // Communicator
 
 Communicator::Communicator(int rank, int size, std::vector<int> world_ranks, double timeout_s)
-    : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), timeout_s_(timeout_s) {
+    : rank_(rank),
+      size_(size),
+      world_ranks_(std::move(world_ranks)),
+      timeout_s_(timeout_s),
+      event_log_(std::make_shared<detail::EventLog>()) {
   ZERO_CHECK(size >= 1 && rank >= 0 && rank < size, kInvalidArgument, "communicator rank ", rank,
              " of size ", size, " is out of range");
   ZERO_CHECK(timeout_s > 0, kInvalidArgument, "comm_timeout_s must be > 0, got ", timeout_s);
@@ -120,6 +125,26 @@ void Communicator::reset_stats() {
   for (auto& op : stats_) {
     for (auto& c : op) c.store(0, std::memory_order_relaxed);
   }
+}
+
+void Communicator::set_event_capacity(std::size_t n) {
+  event_capacity_ = n;
+  event_pending_ = false;  // one opened by a collective that failed to start
+  event_log_->set_capacity(n);
+}
+
+std::vector<CollectiveEvent> Communicator::events() const { return event_log_->snapshot(); }
+
+void Communicator::open_event(const detail::CollectiveArgs& a) {
+  pending_event_ =
+      CollectiveEvent{a.kind, a.count, a.dtype, seq_, std::chrono::steady_clock::now()};
+  event_pending_ = true;
+}
+
+detail::EventProbe Communicator::take_event_probe() {
+  if (!event_pending_) return {};
+  event_pending_ = false;
+  return detail::EventProbe(event_log_, pending_event_);
 }
 
 std::string Communicator::describe(const detail::CollectiveArgs& a) const {
@@ -235,6 +260,10 @@ void Communicator::check(const detail::CollectiveArgs& a) const {
 
 CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
   check(a);
+  if (event_capacity_ != 0) [[unlikely]] {
+    open_event(a);
+  }
+  ++seq_;  // a collective that failed to start still took its place in the order
   CommHandle handle = start(a);
   count(a);
   return handle;
@@ -242,6 +271,10 @@ CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
 
 void Communicator::run(const detail::CollectiveArgs& a) {
   check(a);
+  if (event_capacity_ != 0) [[unlikely]] {
+    open_event(a);
+  }
+  ++seq_;
   run_blocking(a);
   count(a);
 }

@@ -104,12 +104,14 @@ LaunchInfo detect_launch(const CommOptions& options,
   return info;
 }
 
-std::unique_ptr<Communicator> make_communicator(const Config& config, const CommOptions& options) {
-  const LaunchInfo launch = detect_launch(options);
-  std::string backend = options.backend.empty() ? config.comm_backend : options.backend;
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
+  std::string backend = options.backend.empty() ? "auto" : options.backend;
   ZERO_CHECK(backend == "auto" || backend == "thread" || backend == "mpi" || backend == "nccl",
-             kConfig, "comm_backend '", backend, "' is not one of auto, thread, mpi, nccl");
-  const double timeout = config.comm_timeout_s;
+             kConfig, "comm backend '", backend,
+             "' (CommOptions::backend / comm_backend) is not one of auto, thread, mpi, nccl");
+  const double timeout = options.timeout_s;
+  ZERO_CHECK(timeout > 0, kInvalidArgument, "CommOptions::timeout_s must be > 0 s, got ", timeout);
+  const LaunchInfo launch = detect_launch(options);
   if (backend == "auto") {
     if (options.device_buffers && detail::cuda::device_count() > 0) {
       backend = "nccl";

@@ -24,6 +24,7 @@
 
 #include "zero/comm.hpp"
 #include "zero/comm/backends.hpp"
+#include "zero/comm/event_log.hpp"
 #include "zero/comm/host_reduce.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/log.hpp"
@@ -326,7 +327,8 @@ class MpiCommunicator final : public Communicator {
     const bool polled = small(args);
     auto task = worker_.submit(
         [st = state_, r = rank(), n = size(), args, what, polled, timeout,
-         me = world_ranks()[rank()]] {
+         me = world_ranks()[rank()], probe = take_event_probe()]() mutable {
+          probe.started();
           Completion how;
           if (polled) {
             how.poll = true;
@@ -335,6 +337,7 @@ class MpiCommunicator final : public Communicator {
             how.world_rank = me;
           }
           run_collective(*st, r, n, args, what, how);
+          probe.finished();
         },
         what);
     return CommHandle(std::make_unique<WorkerRequest>(
@@ -374,8 +377,12 @@ class MpiCommunicator final : public Communicator {
     how.timeout_s = timeout_s();
     how.deadline = deadline_after(how.timeout_s);
     how.world_rank = world_ranks()[rank()];
-    if (!worker_.try_run_inline(
-            [&] { run_collective(*state_, rank(), size(), args, what, how); })) {
+    if (!worker_.try_run_inline([&] {
+          detail::EventProbe probe = take_event_probe();
+          probe.started();
+          run_collective(*state_, rank(), size(), args, what, how);
+          probe.finished();
+        })) {
       start(args).wait();  // polled too: the same MPI call as inline
     }
   }

@@ -14,6 +14,10 @@
 // ZERO_NCCL_ID_FILE).
 //
 // 16-bit reductions are NCCL's own (ncclFloat16 / ncclBfloat16 kernels); avg is ncclAvg.
+//
+// Collective timestamps (Communicator::events()): the host does not see the GPU's timing, so
+// started is when the collective was enqueued on the stream and finished is when a test() or
+// wait() on its handle first found the done event complete.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -24,6 +28,7 @@
 
 #include "zero/comm.hpp"
 #include "zero/comm/backends.hpp"
+#include "zero/comm/event_log.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/comm/rendezvous.hpp"
 #include "zero/detail/cuda_runtime.hpp"
@@ -128,8 +133,13 @@ struct NcclState {
 
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(std::shared_ptr<NcclState> st, cudaEvent_t done, std::string what, double timeout_s)
-      : st_(std::move(st)), done_(done), what_(std::move(what)), timeout_s_(timeout_s) {}
+  NcclRequest(std::shared_ptr<NcclState> st, cudaEvent_t done, std::string what, double timeout_s,
+              EventProbe probe)
+      : st_(std::move(st)),
+        done_(done),
+        what_(std::move(what)),
+        timeout_s_(timeout_s),
+        probe_(std::move(probe)) {}
   ~NcclRequest() override {
     if (done_ != nullptr) cudaEventDestroy(done_);
   }
@@ -137,7 +147,10 @@ class NcclRequest final : public CommRequest {
   bool test() override {
     st_->check_async(what_);
     const cudaError_t rc = cudaEventQuery(done_);
-    if (rc == cudaSuccess) return true;
+    if (rc == cudaSuccess) {
+      probe_.finished();  // the host observed completion (the GPU's time is not known here)
+      return true;
+    }
     ZERO_CHECK(rc == cudaErrorNotReady, kCuda, what_,
                ": cudaEventQuery failed: ", cudaGetErrorString(rc));
     return false;
@@ -168,6 +181,7 @@ class NcclRequest final : public CommRequest {
   cudaEvent_t done_;
   std::string what_;
   double timeout_s_;
+  EventProbe probe_;
 };
 
 ncclComm_t init_comm(const ncclUniqueId& id, int rank, int size, double timeout_s,
@@ -277,6 +291,8 @@ class NcclCommunicator final : public Communicator {
         break;
     }
     st_->settle(rc, what, deadline);
+    EventProbe probe = take_event_probe();
+    probe.started();  // enqueued: the GPU's start is not known on the host
     cudaEvent_t done = nullptr;
     ZERO_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
     const cudaError_t rec_done = cudaEventRecord(done, st_->stream);
@@ -284,7 +300,8 @@ class NcclCommunicator final : public Communicator {
       cudaEventDestroy(done);
       ZERO_CUDA_CHECK(rec_done, what);
     }
-    return CommHandle(std::make_unique<NcclRequest>(st_, done, what, timeout_s()));
+    return CommHandle(
+        std::make_unique<NcclRequest>(st_, done, what, timeout_s(), std::move(probe)));
   }
 
   std::unique_ptr<Communicator> split_impl(int color, int key) override {

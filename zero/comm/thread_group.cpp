@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "zero/comm.hpp"
+#include "zero/comm/event_log.hpp"
 #include "zero/comm/host_reduce.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/log.hpp"
@@ -338,7 +339,11 @@ class ThreadCommunicator final : public Communicator {
     group_->check_failed(what);
     const double timeout = timeout_s();
     auto task = worker_.submit(
-        [g = group_, r = rank(), args, what, timeout] { execute(*g, r, args, what, timeout); },
+        [g = group_, r = rank(), args, what, timeout, probe = take_event_probe()]() mutable {
+          probe.started();
+          execute(*g, r, args, what, timeout);
+          probe.finished();
+        },
         what);
     return CommHandle(std::make_unique<detail::WorkerRequest>(
         worker_.shared(), std::move(task), timeout,
@@ -357,7 +362,12 @@ class ThreadCommunicator final : public Communicator {
     const std::string what = describe(args);
     group_->check_failed(what);
     const double timeout = timeout_s();
-    if (!worker_.try_run_inline([&] { execute(*group_, rank(), args, what, timeout); })) {
+    if (!worker_.try_run_inline([&] {
+          detail::EventProbe probe = take_event_probe();
+          probe.started();
+          execute(*group_, rank(), args, what, timeout);
+          probe.finished();
+        })) {
       start(args).wait();
     }
   }
