@@ -86,8 +86,8 @@ struct EngineOptions {
 };
 
 struct StepResult {
-  bool boundary = false;     // false: a micro-step inside an accumulation window (no update)
-  bool applied = false;      // the optimizer stepped (false at a boundary: fp16 overflow)
+  bool boundary = false;  // false: a micro-step inside an accumulation window (no update)
+  bool applied = false;   // the optimizer stepped (false at a boundary: fp16 overflow)
   // Global L2 norm of the step's gradient (boundary): the mean over N ranks x A micro-steps,
   // unscaled — what gradient_clipping compares with (DeepSpeed's meaning).
   double grad_norm = 0.0;
