@@ -14,6 +14,7 @@
 
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
+#include "expect_error.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
@@ -338,16 +339,7 @@ TEST(EngineComm, BytesPerStepMatchTheTheory) {
 
 // ---- misuse
 
-template <typename F>
-void expect_error(F&& f, ErrorCode code, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(EngineMisuse, ClearErrors) {
   const Config cfg3 = make_config({.stage = 3, .ranks = 2});
