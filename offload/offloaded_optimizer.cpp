@@ -226,4 +226,22 @@ void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi
   });
 }
 
+void OffloadedOptimizer::load_unit(UnitId u, const float* master, const void* const* states) {
+  const std::size_t sd = dtype_size(params_.state_dtype());
+  if (!placement_.nvme_optimizer) {
+    const std::size_t n = placement_.unit(u).step_count;
+    std::memcpy(this->master(u), master, n * 4);
+    for (int k = 0; k < params_.num_states(); ++k) {
+      std::memcpy(state(u, k), states[k], n * sd);
+    }
+    return;
+  }
+  nvme_unit_pass(u, /*write=*/true, [&](const Chunk& ch, const ChunkSwapper::Staged& s) {
+    std::memcpy(s.part[0], master + ch.at, ch.count * 4);
+    for (int k = 0; k < params_.num_states(); ++k) {
+      std::memcpy(s.part[1 + k], static_cast<const char*>(states[k]) + ch.at * sd, ch.count * sd);
+    }
+  });
+}
+
 }  // namespace zero::offload

@@ -70,6 +70,9 @@ class OffloadedOptimizer {
   // The working parameters [lo, hi) of unit u's stepped range changed (set_param, attach):
   // the master follows (NVMe: once the file exists; before, it is made from them).
   void refresh_master(UnitId u, std::size_t lo, std::size_t hi);
+  // Overwrites unit u's stepped master and states with `master` / `states` (host memory, the
+  // stepped range; a checkpoint's load), in whichever tier holds them.
+  void load_unit(UnitId u, const float* master, const void* const* states);
 
  private:
   void chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,

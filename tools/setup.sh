@@ -6,7 +6,8 @@ set -euo pipefail
 
 ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
-               libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev)
+               libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev
+               libxxhash-dev pkg-config)
 
 zero_install_packages() {
   local missing=()

@@ -56,8 +56,10 @@
 #include "zero/cpu_features.hpp"
 #include "zero/device.hpp"
 #include "zero/device_ops.hpp"
+#include "zero/loss_scaler.hpp"
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
+#include "zero/optimizer.hpp"
 #include "zero/unit.hpp"
 
 namespace zero {
@@ -237,6 +239,31 @@ class Engine {
   // for). `out` is host memory. REQUIRES: out has room.
   void copy_master_shard(UnitId u, float* out);
   void copy_state_shard(UnitId u, int k, void* out);
+
+  // ---- training state (zero/ckpt.hpp saves and loads through these)
+  // What a checkpoint saves besides the shards. The LR schedule is a function of `steps`.
+  struct TrainingState {
+    std::int64_t steps = 0;    // optimizer steps applied
+    std::int64_t skipped = 0;  // steps skipped for fp16 overflow
+    LossScaler::State loss_scaler;
+  };
+  TrainingState training_state() const;
+  const Config& config() const noexcept;
+  const OptimizerParams& optimizer_params() const noexcept;
+  std::size_t alignment() const noexcept;
+  // Elements of unit u this rank steps: the whole padded unit in stage 0, its shard otherwise
+  // (the length of copy_master_shard's output).
+  std::size_t unit_step_numel(UnitId u) const;
+  // Loads unit u's stepped range: `master` (unit_step_numel(u) f32) and `states` (one array per
+  // optimizer state, state dtype), host memory, into whichever tier holds them; the working copy
+  // over the range becomes the master rounded to the working dtype (what every step and
+  // set_param leave it: the 16-bit copy is a function of the master). Local to this rank.
+  // REQUIRES: a fresh engine (no step, no micro-step, no unit gathered), else kInvalidArgument.
+  void load_shard(UnitId u, const float* master, const void* const* states);
+  // Collective, after load_shard for every unit: restores the counters (and the loss scaler's
+  // state when `loss_scaler` is set) and all-gathers the units the stage keeps whole.
+  void finish_load(std::int64_t steps, std::int64_t skipped,
+                   const std::optional<LossScaler::State>& loss_scaler);
 
  private:
   friend class GatherGuard;

@@ -1,0 +1,162 @@
+// The load (verify everything this rank reads, agree, then write the engine) and inspect.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "ckpt/agree.hpp"
+#include "ckpt/manifest.hpp"
+#include "zero/ckpt.hpp"
+#include "zero/error.hpp"
+#include "zero/log.hpp"
+
+namespace zero::ckpt {
+
+namespace fs = std::filesystem;
+using namespace detail;
+
+std::string resolve(const std::string& path) {
+  if (fs::exists(path + "/" + kManifest)) return path;
+  const std::string latest = path + "/" + kLatest;
+  ZERO_CHECK(fs::exists(latest), kIO, "checkpoint '", path, "': neither a checkpoint (no ",
+             kManifest, ") nor a checkpoint root (no '", kLatest, "' file)");
+  std::string name = read_file(latest, 4096);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  ZERO_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "..", kCorruption,
+             "checkpoint root '", path, "': '", latest, "' does not name a checkpoint");
+  const std::string dir = path + "/" + name;
+  ZERO_CHECK(fs::exists(dir + "/" + kManifest), kIO, "checkpoint root '", path, "': '", latest,
+             "' names '", name, "', which has no ", kManifest);
+  return dir;
+}
+
+namespace {
+
+// The pieces of one parameter overlapping [lo, hi).
+template <typename Fn>
+void for_overlap(const ParamEntry& p, std::size_t lo, std::size_t hi, Fn&& fn) {
+  for (const Piece& pc : p.pieces) {
+    const std::size_t a = std::max(lo, pc.begin), b = std::min(hi, pc.end);
+    if (a < b) fn(pc, a, b);
+  }
+}
+
+}  // namespace
+
+LoadResult load(Engine& e, const std::string& path) {
+  Communicator& comm = e.comm();
+  Manifest m;
+  std::string dir;
+  std::vector<ParamShard> shards;
+  std::exception_ptr local;
+  try {
+    dir = resolve(path);
+    m = read_manifest(dir);
+    const std::string diff = model_mismatch(m, e);
+    ZERO_CHECK(diff.empty(), kConfig, "checkpoint '", dir, "' does not fit this engine: ", diff);
+    shards = e.param_shards();
+    // Every file this rank reads, checked whole before anything is written.
+    std::set<std::string> need = {kTrainerFile};
+    for (const ParamShard& s : shards) {
+      const ParamEntry& p =
+          m.units[static_cast<std::size_t>(s.unit)].params[static_cast<std::size_t>(s.param)];
+      for_overlap(p, s.begin, s.end,
+                  [&](const Piece& pc, std::size_t, std::size_t) { need.insert(pc.file); });
+    }
+    for (const std::string& f : need) {
+      const FileEntry* fe = m.file(f);
+      ZERO_CHECK(fe != nullptr, kCorruption, "checkpoint '", dir, "': '", f,
+                 "' is used but the manifest has no size and checksum for it");
+      verify_file(dir + "/" + f, fe->digest);
+    }
+  } catch (...) {
+    local = std::current_exception();
+  }
+  agree(comm, local);
+
+  if (m.stage != e.stage() || m.world_size != comm.size()) {
+    if (comm.rank() == 0) {
+      ZERO_LOG(kInfo, "checkpoint '", dir, "': saved at stage ", m.stage, " on ", m.world_size,
+               " ranks; loading at stage ", e.stage(), " on ", comm.size());
+    }
+  }
+  const OptimizerParams& op = e.optimizer_params();
+  const std::size_t sd = dtype_size(op.state_dtype());
+  std::map<std::string, std::unique_ptr<FileReader>> readers;
+  auto reader = [&](const std::string& f) -> const FileReader& {
+    auto& r = readers[f];
+    if (!r) r = std::make_unique<FileReader>(dir + "/" + f);
+    return *r;
+  };
+  std::vector<float> master;
+  std::vector<std::vector<char>> states(static_cast<std::size_t>(op.num_states()));
+  std::size_t next = 0;
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    const std::size_t n = e.unit_step_numel(u);
+    master.assign(n, 0.0f);  // the padding is zero, as the engine keeps it
+    for (auto& st : states) st.assign(n * sd, 0);
+    for (; next < shards.size() && shards[next].unit == u; ++next) {
+      const ParamShard& s = shards[next];
+      const ParamEntry& p =
+          m.units[static_cast<std::size_t>(u)].params[static_cast<std::size_t>(s.param)];
+      for_overlap(p, s.begin, s.end, [&](const Piece& pc, std::size_t a, std::size_t b) {
+        const FileReader& r = reader(pc.file);
+        const std::size_t at = s.shard_offset + (a - s.begin);
+        r.read(pc.master_offset + (a - pc.begin) * 4, master.data() + at, (b - a) * 4);
+        for (std::size_t k = 0; k < states.size(); ++k) {
+          r.read(pc.state_offsets[k] + (a - pc.begin) * sd, states[k].data() + at * sd,
+                 (b - a) * sd);
+        }
+      });
+    }
+    std::vector<const void*> sp;
+    for (auto& st : states) sp.push_back(st.data());
+    e.load_shard(u, master.data(), sp.data());
+  }
+  // The loss scaler carries over between fp16 runs; otherwise the new run's config decides.
+  std::optional<LossScaler::State> scaler;
+  if (m.fp16 && e.config().fp16.enabled) scaler = m.loss_scaler;
+  e.finish_load(m.steps, m.skipped, scaler);
+
+  LoadResult res;
+  res.path = dir;
+  res.steps = m.steps;
+  res.trainer_state = read_file(dir + "/" + kTrainerFile);
+  res.saved_world_size = m.world_size;
+  res.saved_stage = m.stage;
+  return res;
+}
+
+std::vector<std::string> inspect(const std::string& path) {
+  const std::string dir = resolve(path);
+  const Manifest m = read_manifest(dir);
+  std::vector<std::string> out;
+  std::size_t params = 0, tensors = 0;
+  for (const UnitEntry& u : m.units) {
+    for (const ParamEntry& p : u.params) {
+      params += p.numel;
+      ++tensors;
+    }
+  }
+  out.push_back("checkpoint " + dir);
+  out.push_back("  steps " + std::to_string(m.steps) + " (skipped " + std::to_string(m.skipped) +
+                "), saved by " + std::to_string(m.world_size) + " ranks at stage " +
+                std::to_string(m.stage) + ", " + m.param_dtype + " training");
+  out.push_back("  model: " + std::to_string(m.units.size()) + " units, " +
+                std::to_string(tensors) + " parameters, " + std::to_string(params) + " elements");
+  out.push_back("  optimizer " + m.optimizer + ": " + std::to_string(m.num_states) + " states of " +
+                m.state_dtype + ", lr " + std::to_string(m.hyper.lr));
+  std::size_t total = 0;
+  for (const FileEntry& f : m.files) {
+    verify_file(dir + "/" + f.name, f.digest);
+    total += f.digest.size;
+    out.push_back("  " + f.name + "  " + std::to_string(f.digest.size) + " bytes  xxh3_64 " +
+                  to_hex(f.digest.xxh3) + "  ok");
+  }
+  out.push_back("  " + std::to_string(m.files.size()) + " files, " + std::to_string(total) +
+                " bytes, every checksum verified");
+  return out;
+}
+
+}  // namespace zero::ckpt

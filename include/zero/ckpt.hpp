@@ -1,0 +1,112 @@
+// zero/ckpt.hpp — training-state checkpoints: sharded, atomic, checksummed, loadable at another
+// world size, exported as safetensors.
+//
+// A checkpoint is a directory `step-<steps>` under a root directory:
+//   manifest.json        every parameter's name, shape, dtype and global element ranges (which
+//                        file, which byte offsets hold the master and each optimizer state),
+//                        the world size, stage, alignment, optimizer and hyper-parameters, the
+//                        training counters and loss scaler, the config, and the size and XXH3-64
+//                        checksum of every other file
+//   manifest.json.xxh3   the manifest's own checksum
+//   rank-<r>.bin         what rank r steps: for each parameter range it owns, the fp32 master
+//                        then each optimizer state (stage 0: rank 0 alone, every rank steps the
+//                        same whole units)
+//   trainer.bin          the trainer's opaque bytes (its data position), rank 0's
+// and `latest` (a file holding the name of the newest committed checkpoint) in the root.
+//
+// Atomic: every rank writes and fsyncs its files in `.tmp-step-<steps>`, then a fragment
+// (rank-<r>.json: its ranges, size and checksum); rank 0 waits for every fragment, writes the
+// manifest, fsyncs, renames the directory to `step-<steps>`, fsyncs the root, replaces `latest`
+// (write, fsync, rename, fsync) last and removes checkpoints beyond the last `keep`. A save
+// killed at any instant leaves the previous checkpoint and `latest` as they were.
+//
+// The 16-bit working copy is not saved: it is the master rounded to the working dtype (every
+// step and set_param leave it so), and load regenerates it; resuming is bitwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zero/engine.hpp"
+
+namespace zero::ckpt {
+
+struct SaveOptions {
+  std::string dir;     // the root: checkpoints are step-<steps> under it (created if missing)
+  int keep = 0;        // keep the newest `keep` checkpoints (0: all)
+  bool async = false;  // save(): snapshot to host memory, write and commit on a background thread
+  // Seconds rank 0 waits for the other ranks' files before giving the save up (0: the
+  // communicator's timeout).
+  double commit_timeout_s = 0.0;
+};
+
+// What a save wrote (a synchronous save: committed; asynchronous: being written).
+struct SaveInfo {
+  std::string path;  // <dir>/step-<steps>
+  std::int64_t steps = 0;
+  std::size_t bytes = 0;    // this rank's bytes (data files)
+  double snapshot_s = 0.0;  // async: the time save() took (the step's stall)
+};
+
+// Saves one engine (one rank). Collective: every rank of the engine's communicator constructs
+// one and calls save() at the same steps, at an accumulation boundary.
+class Saver {
+ public:
+  Saver(Engine& engine, SaveOptions options);
+  ~Saver();  // waits for a save in flight (its error is logged)
+  Saver(const Saver&) = delete;
+  Saver& operator=(const Saver&) = delete;
+
+  // Saves the engine's training state and `trainer_state` (opaque bytes; rank 0's are kept).
+  // Synchronous: returns when the checkpoint is committed on every rank (an error on any rank
+  // throws on every rank). Asynchronous: waits for the previous save, copies the shards to host
+  // memory and returns; wait() (or the next save) reports the background write's error.
+  // REQUIRES: engine.micro_step() == 0 (kInvalidArgument otherwise).
+  SaveInfo save(std::string_view trainer_state = {});
+  // Waits for the asynchronous save in flight; rethrows its error on this rank. Local.
+  void wait();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Resolves a checkpoint path: a checkpoint directory (holding manifest.json) or a root holding
+// `latest`. Throws kIO naming the path when it is neither.
+std::string resolve(const std::string& path);
+
+struct LoadResult {
+  std::string path;           // the checkpoint directory loaded
+  std::int64_t steps = 0;     // the engine's step counter after the load
+  std::string trainer_state;  // the bytes the trainer saved
+  int saved_world_size = 0;
+  int saved_stage = 0;
+};
+
+// Loads a checkpoint into a fresh engine (any world size and stage; same model and optimizer).
+// Collective. Before any engine state is touched every rank checks the manifest against the
+// engine (the first parameter whose name or shape differs, the optimizer: errors naming both)
+// and the size and checksum of every file it reads; all ranks then agree, and only then write.
+// Errors (kIO / kConfig / kInvalidArgument) name the file or key; the engine is then untouched.
+LoadResult load(Engine& engine, const std::string& path);
+
+// ---- offline (zero-ckpt)
+
+// Verifies every file's size and checksum; returns the manifest's summary lines (also printed
+// by `zero-ckpt inspect`). Throws kIO naming the first bad file.
+std::vector<std::string> inspect(const std::string& path);
+
+// Writes the full parameters (the fp32 masters, or rounded to bf16) as one safetensors file,
+// parameter by parameter: peak memory near the largest parameter. `dtype`: kF32 or kBF16.
+// Names are "<unit>.<param>". Returns the bytes written.
+std::size_t consolidate(const std::string& path, const std::string& out, DType dtype);
+
+// Rewrites a checkpoint for `world_size` ranks (same stage) into `out` (a root: out/step-<n>
+// and out/latest), loading it into that many in-process engines and saving them.
+std::string reshard(const std::string& path, int world_size, const std::string& out);
+
+}  // namespace zero::ckpt

@@ -1,0 +1,192 @@
+// The checkpoint tests' runs: the MLP of the engine tests trained on one global batch split
+// over however many ranks train (so that a run resumed at another world size sees the same
+// samples), the full training state gathered from every rank's shards, and the
+// save-then-resume run against the uninterrupted one. Shared by the in-process and MPI tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/compare.hpp"
+#include "engine/mlp_model.hpp"
+#include "engine/mlp_training.hpp"
+#include "zero/ckpt.hpp"
+#include "zero/comm.hpp"
+#include "zero/engine.hpp"
+
+namespace zero::testing {
+
+constexpr int kGlobalRows = 12;  // divisible by 1, 2, 3 and 4 ranks
+
+// Rank r's rows of the global batch of (step, micro).
+inline Batch global_slice(const Mlp& mlp, int step, int micro, int rank, int ranks) {
+  const Batch g = make_batch(mlp.in(), mlp.out(), kGlobalRows, static_cast<std::uint64_t>(step),
+                             static_cast<std::uint64_t>(micro), 0);
+  const int rows = kGlobalRows / ranks, r0 = rank * rows;
+  Batch b;
+  b.rows = rows;
+  b.x.assign(g.x.begin() + r0 * mlp.in(), g.x.begin() + (r0 + rows) * mlp.in());
+  b.t.assign(g.t.begin() + r0 * mlp.out(), g.t.begin() + (r0 + rows) * mlp.out());
+  return b;
+}
+
+// Trains steps [from, to) (accumulation micro-steps each); returns rank-0-equal losses.
+inline std::vector<float> train_steps(Engine& e, const Mlp& mlp, int from, int to,
+                                      int accumulation) {
+  std::vector<float> losses;
+  for (int s = from; s < to; ++s) {
+    for (int m = 0; m < accumulation; ++m) {
+      losses.push_back(
+          mlp.micro_step(e, global_slice(mlp, s, m, e.comm().rank(), e.comm().size())));
+      e.step();
+    }
+  }
+  return losses;
+}
+
+// The whole training state, per parameter (unpadded): the master and each optimizer state
+// (f32 moments), assembled from every rank's shards. Collective; every rank returns it.
+struct FullState {
+  Tensors master;
+  std::vector<Tensors> states;
+  std::int64_t steps = 0;
+};
+
+inline FullState full_state(Engine& e) {
+  const int ns = e.optimizer_params().num_states();
+  const std::vector<ParamShard> shards = e.param_shards();
+  // Flat offsets of each (unit, param) in one array of all parameters.
+  std::vector<std::vector<std::size_t>> at(static_cast<std::size_t>(e.num_units()));
+  std::size_t total = 0;
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    for (const ParamSpec& p : e.unit(u).params) {
+      at[static_cast<std::size_t>(u)].push_back(total);
+      total += p.numel();
+    }
+  }
+  // This rank's pieces in a full-size array per quantity (+ which elements it holds), gathered.
+  const std::size_t n = static_cast<std::size_t>(e.comm().size());
+  std::vector<std::vector<float>> mine(static_cast<std::size_t>(1 + ns),
+                                       std::vector<float>(total, 0.0f));
+  std::vector<float> held(total, 0.0f);
+  UnitId cached = -1;
+  std::vector<std::vector<float>> unit(static_cast<std::size_t>(1 + ns));
+  for (const ParamShard& s : shards) {
+    if (s.unit != cached) {
+      const std::size_t c = e.unit_step_numel(s.unit);
+      for (auto& v : unit) v.resize(c);
+      e.copy_master_shard(s.unit, unit[0].data());
+      for (int k = 0; k < ns; ++k) e.copy_state_shard(s.unit, k, unit[1 + k].data());
+      cached = s.unit;
+    }
+    const std::size_t base =
+        at[static_cast<std::size_t>(s.unit)][static_cast<std::size_t>(s.param)];
+    for (std::size_t q = 0; q < mine.size(); ++q) {
+      std::memcpy(mine[q].data() + base + s.begin, unit[q].data() + s.shard_offset,
+                  (s.end - s.begin) * 4);
+    }
+    for (std::size_t i = s.begin; i < s.end; ++i) held[base + i] = 1.0f;
+  }
+  std::vector<float> all_held(total * n);
+  e.comm().all_gather(held.data(), all_held.data(), total, DType::kF32);
+  std::vector<std::vector<float>> merged(mine.size(), std::vector<float>(total, 0.0f));
+  std::vector<float> all(total * n);
+  for (std::size_t q = 0; q < mine.size(); ++q) {
+    e.comm().all_gather(mine[q].data(), all.data(), total, DType::kF32);
+    for (std::size_t i = 0; i < total; ++i) {
+      for (std::size_t r = 0; r < n; ++r) {
+        if (all_held[r * total + i] != 0.0f) {
+          merged[q][i] = all[r * total + i];
+          break;
+        }
+      }
+    }
+  }
+  FullState fs;
+  fs.states.resize(static_cast<std::size_t>(ns));
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    for (std::size_t p = 0; p < e.unit(u).params.size(); ++p) {
+      const std::size_t b = at[static_cast<std::size_t>(u)][p], c = e.unit(u).params[p].numel();
+      fs.master.emplace_back(merged[0].begin() + static_cast<long>(b),
+                             merged[0].begin() + static_cast<long>(b + c));
+      for (int k = 0; k < ns; ++k) {
+        fs.states[static_cast<std::size_t>(k)].emplace_back(
+            merged[1 + k].begin() + static_cast<long>(b),
+            merged[1 + k].begin() + static_cast<long>(b + c));
+      }
+    }
+  }
+  fs.steps = e.training_state().steps;
+  return fs;
+}
+
+inline bool bitwise_equal(const FullState& a, const FullState& b) {
+  if (!bitwise_equal(a.master, b.master) || a.states.size() != b.states.size()) return false;
+  for (std::size_t k = 0; k < a.states.size(); ++k) {
+    if (!bitwise_equal(a.states[k], b.states[k])) return false;
+  }
+  return a.steps == b.steps;
+}
+
+struct RankRun {
+  Tensors params;  // working values as f32
+  FullState state;
+  std::vector<float> losses;
+};
+
+// One rank of the uninterrupted run: init, `steps` steps.
+inline RankRun run_straight(Communicator& comm, const RunSpec& s, int steps) {
+  Engine e(comm, make_config(s));
+  const Mlp mlp(kDims);
+  mlp.declare(e);
+  mlp.init(e, 42);
+  RankRun r;
+  r.losses = train_steps(e, mlp, 0, steps, s.accumulation);
+  r.params = read_params(e);
+  r.state = full_state(e);
+  return r;
+}
+
+// One rank of the first half: init, k steps, save (sync or async) with `trainer` bytes; returns
+// the full state at the save.
+inline FullState run_and_save(Communicator& comm, const RunSpec& s, int k, const std::string& dir,
+                              bool async, const std::string& trainer = "data@k") {
+  Engine e(comm, make_config(s));
+  const Mlp mlp(kDims);
+  mlp.declare(e);
+  mlp.init(e, 42);
+  train_steps(e, mlp, 0, k, s.accumulation);
+  FullState at_save = full_state(e);
+  ckpt::Saver saver(e, {.dir = dir, .keep = 2, .async = async});
+  saver.save(trainer);
+  // Training goes on while an asynchronous save writes: what it writes is the snapshot.
+  train_steps(e, mlp, k, k + 2, s.accumulation);
+  saver.wait();
+  return at_save;
+}
+
+// One rank of the second half: a fresh engine (initialised differently: the load must replace
+// everything), load, check, train to `to`.
+struct Resumed {
+  FullState loaded;
+  RankRun run;
+  ckpt::LoadResult info;
+};
+inline Resumed run_resumed(Communicator& comm, const RunSpec& s, int to, const std::string& dir) {
+  Engine e(comm, make_config(s));
+  const Mlp mlp(kDims);
+  mlp.declare(e);
+  mlp.init(e, 7);
+  Resumed r;
+  r.info = ckpt::load(e, dir);
+  r.loaded = full_state(e);
+  r.run.losses = train_steps(e, mlp, static_cast<int>(r.info.steps), to, s.accumulation);
+  r.run.params = read_params(e);
+  r.run.state = full_state(e);
+  return r;
+}
+
+}  // namespace zero::testing

@@ -1,0 +1,181 @@
+// zero/engine_impl.hpp — the engine's private state (Engine::Impl), shared by the engine's
+// source files: engine.cpp (the trainer-facing hooks and step()) and engine_state.cpp (the
+// shards and training state a checkpoint saves and loads).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "offload/offloaded_optimizer.hpp"
+#include "zero/engine.hpp"
+#include "zero/error.hpp"
+#include "zero/grad_reducer.hpp"
+#include "zero/host_staging.hpp"
+#include "zero/loss_scaler.hpp"
+#include "zero/lr_schedule.hpp"
+#include "zero/optimizer.hpp"
+#include "zero/param_gatherer.hpp"
+#include "zero/placement.hpp"
+
+namespace zero {
+
+using detail::at;
+
+struct Engine::Impl final : offload::ShardAccess {
+  Communicator& comm;
+  Config cfg;
+  EngineOptions opts;
+  detail::Ownership ownership;
+  detail::StagePolicy policy;
+  DType w = DType::kF32;  // working (param and gradient) dtype
+  DType r = DType::kF32;  // reduce / gradient accumulation dtype
+  std::unique_ptr<MemoryTracker> own_tracker;
+  MemoryTracker* tracker = nullptr;
+  // The device (parameters, gradients, the optimizer without offload) and the host optimizer
+  // (the offloaded state, the gradient partition on the host).
+  std::shared_ptr<DeviceOps> dev;
+  CpuOptimizer host_optimizer;
+  OptimizerParams oparams;
+  LossScaler scaler;
+  LrSchedule schedule;
+  // Attach mode: the trainer's buffers (one unit over the whole flat range).
+  char* trainer_params = nullptr;
+  char* trainer_grads = nullptr;
+  std::size_t trainer_capacity = 0;
+
+  std::vector<UnitSpec> specs;
+  detail::PlacementInput input;  // validated at construction; the units join at lay_out
+  std::optional<detail::Placement> placement;
+  // Without optimizer offload: the fp32 master (16-bit training) and the optimizer state on the
+  // device, over each unit's stepped range.
+  Buffer master;
+  std::vector<Buffer> state;
+  std::unique_ptr<detail::GradReducer> reducer;
+  std::unique_ptr<detail::ParamGatherer> gatherer;
+  std::unique_ptr<offload::OffloadedOptimizer> offloaded;
+  std::int64_t steps = 0;
+  std::int64_t skipped = 0;
+
+  Impl(Communicator& c, const Config& config, EngineOptions o, detail::Ownership own)
+      : comm(c),
+        cfg(config),
+        opts(std::move(o)),
+        ownership(own),
+        policy(detail::StagePolicy::of(config.zero_optimization.stage, own)),
+        w(working_dtype(config)),
+        r(reduce_dtype_of(config)),
+        host_optimizer(CpuExecOptions{opts.isa, opts.optimizer_threads, 0}),
+        oparams(OptimizerParams::from_config(config.optimizer)),
+        scaler(LossScaler::from_config(config.fp16)),
+        schedule(LrSchedule::from_config(config.scheduler, config.optimizer.lr)) {
+    if (opts.tracker == nullptr) {
+      own_tracker = std::make_unique<MemoryTracker>(c.rank());
+      tracker = own_tracker.get();
+    } else {
+      tracker = opts.tracker;
+    }
+    if (!opts.poison_released.has_value()) {
+#ifdef NDEBUG
+      opts.poison_released = false;
+#else
+      opts.poison_released = true;
+#endif
+    }
+    dev = opts.device_ops != nullptr
+              ? opts.device_ops
+              : make_device_ops(opts.device, {CpuExecOptions{opts.isa, opts.optimizer_threads, 0},
+                                              opts.cuda_stream});
+    const bool nccl = comm.backend() == "nccl";
+    ZERO_CHECK(nccl == dev->device().is_cuda(), kConfig, "the engine runs on ",
+               dev->device().to_string(), " but the communicator is '", comm.backend(), "' (",
+               dev->device().is_cuda() ? "a CUDA device needs comm_backend 'nccl'"
+                                       : "NCCL needs EngineOptions::device = Device::cuda(k)",
+               ")");
+    input = detail::placement_input(cfg, {}, c.size(), c.rank(), opts.alignment, own,
+                                    dev->host_accessible());
+  }
+
+  bool laid_out() const { return placement.has_value(); }
+  const detail::Placement& place() const { return *placement; }
+  const detail::UnitLayout& lay(UnitId u) const { return placement->lay(u); }
+  const detail::UnitPlacement& unit_place(UnitId u) const { return placement->unit(u); }
+
+  void check_unit(UnitId u, const char* what) const {
+    ZERO_CHECK(u >= 0 && u < static_cast<int>(specs.size()), kInvalidArgument, what,
+               ": unknown unit id ", u, " (", specs.size(), " units registered)");
+  }
+  const std::string& name(UnitId u) const { return specs[static_cast<std::size_t>(u)].name; }
+
+  // ---- the placement and the rooms, on first use
+  void lay_out() {
+    if (laid_out()) return;
+    ZERO_CHECK(!specs.empty(), kInvalidArgument,
+               "the engine has no units: declare them with add_unit() first");
+    detail::PlacementInput in = input;
+    in.units = specs;
+    placement.emplace(detail::make_placement(std::move(in)));
+    const detail::Placement& p = *placement;
+    if (ownership == detail::Ownership::kAttached) {
+      const std::size_t numel = specs[0].params[0].numel(), need = p.layout.total_padded;
+      ZERO_CHECK(trainer_capacity >= need, kInvalidArgument, "attach: the buffers hold ",
+                 trainer_capacity, " elements; ", numel, " parameters at ", p.in.world_size,
+                 " ranks need ", need, " (padded to a multiple of ", p.in.world_size, " x ",
+                 opts.alignment, "): allocate zero::attach_capacity(", numel, ", ", p.in.world_size,
+                 ") elements");
+      // The padding must be zero (it is stepped and gathered like the rest).
+      dev->fill(trainer_params + numel * dtype_size(w), 0, (need - numel) * dtype_size(w));
+    }
+    gatherer = std::make_unique<detail::ParamGatherer>(p, cfg, comm, *dev, *tracker,
+                                                       *opts.poison_released, trainer_params);
+    reducer = std::make_unique<detail::GradReducer>(p, comm, *dev, host_optimizer, *tracker,
+                                                    trainer_grads);
+    if (p.offloaded) {
+      offloaded = std::make_unique<offload::OffloadedOptimizer>(p, cfg, *dev, host_optimizer,
+                                                                oparams, *tracker, *this);
+      return;
+    }
+    master = detail::allocate(p.master, *dev, *tracker, {.zero = true});
+    for (int k = 0; k < oparams.num_states(); ++k) {
+      state.push_back(detail::allocate(p.state, *dev, *tracker));
+    }
+    // Zero the state in the partitioning the step uses (first touch lands here).
+    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+      dev->init_state(oparams, shard_ref(u));
+    }
+  }
+
+  // ---- the device optimizer's shards (no offload)
+  float* master_ptr(UnitId u) {
+    if (!place().separate_master) return reinterpret_cast<float*>(gatherer->step_params(u));
+    return master.as<float>() + unit_place(u).optim_offset;
+  }
+  char* state_ptr(UnitId u, int k) {
+    return at(state[static_cast<std::size_t>(k)].data(), unit_place(u).optim_offset,
+              oparams.state_dtype());
+  }
+  ShardRef shard_ref(UnitId u) {
+    ShardRef s;
+    s.count = unit_place(u).step_count;
+    s.master = master_ptr(u);
+    s.grad = reducer->step_grads(u);
+    s.grad_dtype = r;
+    for (int k = 0; k < oparams.num_states(); ++k) s.state[k] = state_ptr(u, k);
+    if (w != DType::kF32) {
+      s.param_copy = gatherer->step_params(u);
+      s.param_copy_dtype = w;
+    }
+    return s;
+  }
+
+  // ---- offload::ShardAccess: what the offloaded optimizer reads and writes
+  const char* grads(UnitId u) override { return reducer->step_grads(u); }
+  char* params(UnitId u) override { return gatherer->step_params(u); }
+  bool params_on_nvme(UnitId u) override { return place().shard_on_nvme(u); }
+  void load_params(UnitId u) override { gatherer->load_shard(u); }
+  void store_params(UnitId u) override { gatherer->store_shard(u); }
+};
+
+}  // namespace zero

@@ -1,0 +1,135 @@
+// The engine's shards and training state as a checkpoint reads and writes them: this rank's
+// parameter ranges, copies of the master and optimizer state from whichever tier holds them,
+// and the load that writes them back (zero/engine_impl.hpp holds the state).
+#include <algorithm>
+#include <cstring>
+
+#include "zero/engine_impl.hpp"
+
+namespace zero {
+
+std::vector<ParamShard> Engine::param_shards() const {
+  const Impl& m = *impl_;
+  ZERO_CHECK(m.laid_out(), kInvalidArgument, "param_shards(): the engine is not laid out yet");
+  std::vector<ParamShard> out;
+  for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
+    const auto& ul = m.lay(u);
+    const detail::UnitPlacement& up = m.unit_place(u);
+    const std::size_t b = up.step_begin, e = b + up.step_count;
+    for (std::size_t i = 0; i < ul.params.size(); ++i) {
+      const auto& pl = ul.params[i];
+      const std::size_t lo = std::max(b, pl.offset), hi = std::min(e, pl.offset + pl.numel);
+      if (lo >= hi) continue;
+      out.push_back({u, static_cast<int>(i), lo - pl.offset, hi - pl.offset, lo - b});
+    }
+  }
+  return out;
+}
+
+const float* Engine::master_shard(UnitId u) const {
+  Impl& m = const_cast<Impl&>(*impl_);
+  m.check_unit(u, "master_shard");
+  m.lay_out();
+  return m.offloaded ? m.offloaded->master(u) : m.master_ptr(u);
+}
+
+const void* Engine::state_shard(UnitId u, int k) const {
+  Impl& m = const_cast<Impl&>(*impl_);
+  m.check_unit(u, "state_shard");
+  m.lay_out();
+  ZERO_CHECK(!m.place().nvme_optimizer, kInvalidArgument,
+             "state_shard(): the optimizer state lives in NVMe files (offload_optimizer.device = "
+             "nvme); use copy_state_shard()");
+  if (k < 0 || k >= m.oparams.num_states()) return nullptr;
+  return m.offloaded ? m.offloaded->state(u, k) : m.state_ptr(u, k);
+}
+
+void Engine::copy_master_shard(UnitId u, float* out) {
+  Impl& m = *impl_;
+  m.check_unit(u, "copy_master_shard");
+  m.lay_out();
+  if (m.offloaded) {
+    m.offloaded->copy_master(u, out);
+    return;
+  }
+  m.dev->copy(out, m.master_ptr(u), m.unit_place(u).step_count * 4);
+  m.dev->synchronize();
+}
+
+void Engine::copy_state_shard(UnitId u, int k, void* out) {
+  Impl& m = *impl_;
+  m.check_unit(u, "copy_state_shard");
+  ZERO_CHECK(k >= 0 && k < m.oparams.num_states(), kInvalidArgument, "copy_state_shard: the ",
+             m.cfg.optimizer.type, " optimizer has ", m.oparams.num_states(), " states, not ",
+             k + 1);
+  m.lay_out();
+  if (m.offloaded) {
+    m.offloaded->copy_state(u, k, out);
+    return;
+  }
+  m.dev->copy(out, m.state_ptr(u, k),
+              m.unit_place(u).step_count * dtype_size(m.oparams.state_dtype()));
+  m.dev->synchronize();
+}
+
+Engine::TrainingState Engine::training_state() const {
+  const Impl& m = *impl_;
+  return {m.steps, m.skipped, m.scaler.state()};
+}
+const Config& Engine::config() const noexcept { return impl_->cfg; }
+const OptimizerParams& Engine::optimizer_params() const noexcept { return impl_->oparams; }
+std::size_t Engine::alignment() const noexcept { return impl_->opts.alignment; }
+
+std::size_t Engine::unit_step_numel(UnitId u) const {
+  impl_->check_unit(u, "unit_step_numel");
+  impl_->lay_out();
+  return impl_->unit_place(u).step_count;
+}
+
+void Engine::load_shard(UnitId u, const float* master, const void* const* states) {
+  Impl& m = *impl_;
+  m.check_unit(u, "load_shard");
+  m.lay_out();
+  ZERO_CHECK(m.steps == 0 && m.skipped == 0 && m.reducer->micro_steps() == 0, kInvalidArgument,
+             "load: the engine has already trained (", m.steps, " steps, ", m.skipped, " skipped, ",
+             m.reducer->micro_steps(),
+             " micro-steps): load a checkpoint into a fresh engine, before the first step");
+  ZERO_CHECK(m.gatherer->holders(u) == 0, kInvalidArgument, "load: unit '", m.name(u),
+             "' is gathered (release its GatherGuard first)");
+  const detail::UnitPlacement& up = m.unit_place(u);
+  const std::size_t n = up.step_count;
+  const std::size_t sd = dtype_size(m.oparams.state_dtype());
+  // The working copy over the stepped range: the master rounded to W (device memory, or the
+  // NVMe parameter window in host memory).
+  char* wdst = m.gatherer->step_params(u);
+  if (m.place().shard_on_nvme(u)) {
+    m.gatherer->load_shard(u);
+    convert(master, DType::kF32, wdst, m.w, n);
+    m.gatherer->store_shard(u);
+  } else {
+    detail::from_host_f32(*m.dev, *m.tracker, master, wdst, m.w, n);
+  }
+  if (m.offloaded) {
+    m.offloaded->load_unit(u, master, states);
+    return;
+  }
+  // fp32 without offload: the working copy written above is the master.
+  if (m.place().separate_master) m.dev->copy(m.master_ptr(u), master, n * 4);
+  for (int k = 0; k < m.oparams.num_states(); ++k)
+    m.dev->copy(m.state_ptr(u, k), states[k], n * sd);
+  m.dev->synchronize();
+}
+
+void Engine::finish_load(std::int64_t steps, std::int64_t skipped,
+                         const std::optional<LossScaler::State>& loss_scaler) {
+  Impl& m = *impl_;
+  m.lay_out();
+  ZERO_CHECK(steps >= 0 && skipped >= 0, kInvalidArgument, "load: negative step counters (", steps,
+             ", ", skipped, ")");
+  if (loss_scaler.has_value()) m.scaler.load_state(*loss_scaler);
+  m.gatherer->gather_updated();
+  m.steps = steps;
+  m.skipped = skipped;
+}
+
+}  // namespace zero
