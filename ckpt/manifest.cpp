@@ -245,9 +245,11 @@ Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifest;
   const std::string text = read_file(path);
   const std::string sum_path = dir + "/" + kManifestSum;
-  std::string sum = read_file(sum_path, 64);
-  while (!sum.empty() && (sum.back() == '\n' || sum.back() == ' ')) sum.pop_back();
-  const std::uint64_t want = from_hex(sum, sum_path);
+  // Exactly 16 hex digits and a newline: any change to it is detected.
+  const std::string sum = read_file(sum_path, 64);
+  ZERO_CHECK(sum.size() == 17 && sum.back() == '\n', kCorruption, "checkpoint file '", sum_path,
+             "' is damaged: ", sum.size(), " bytes, 17 expected (16 hex digits and a newline)");
+  const std::uint64_t want = from_hex(sum.substr(0, 16), sum_path);
   ZERO_CHECK(xxh3(text.data(), text.size()) == want, kCorruption, "checkpoint file '", path,
              "' does not match its checksum in '", sum_path, "' (one of them is corrupted)");
   return Manifest::parse(text, path);

@@ -7,7 +7,7 @@ set -euo pipefail
 ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
                libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev
-               libxxhash-dev pkg-config)
+               libxxhash-dev pkg-config libcli11-dev)
 
 zero_install_packages() {
   local missing=()

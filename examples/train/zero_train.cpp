@@ -7,6 +7,7 @@
 //              [--data FILE] [--eval-every K] [--seed S]
 //              [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]
 //              [--nvme-path DIR] [--memory-budget BYTES] [--device cpu|cuda]
+//              [--save-dir DIR [--save-every K] [--keep K] [--save-async]] [--resume [DIR]]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
@@ -31,6 +32,7 @@
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
+#include "zero/ckpt.hpp"
 #include "zero/comm.hpp"
 #include "zero/comm_config.hpp"
 #include "zero/config.hpp"
@@ -60,6 +62,12 @@ constexpr const char* kUsage = R"(usage: zero-train [flags]
   --memory-budget B       cap each rank's memory (e.g. 512M, 2G); NVMe files are not counted
   --device cpu|cuda       where the model and the engine run (default cpu); cuda: one GPU per
                           rank over NCCL (--ranks 1, or one process per GPU under a launcher)
+  --save-dir DIR          save training-state checkpoints under DIR (DIR/step-<n>, DIR/latest)
+  --save-every K          ... every K steps (default: only after the last step)
+  --keep K                keep the newest K checkpoints (default 0: all)
+  --save-async            write checkpoints on a background thread (the step only snapshots)
+  --resume [DIR]          continue from DIR's latest checkpoint (default: --save-dir), at any
+                          --ranks and stage; the data continues at the saved step
   --help                  this text
 )";
 
@@ -81,6 +89,12 @@ struct Options {
   double memory_budget = 0;  // bytes of memory per rank (all tiers but NVMe); 0: none
   std::vector<std::string> config_args;
   std::string device = "cpu";  // cpu | cuda
+  std::string save_dir;        // training-state checkpoints (empty: none)
+  int save_every = 0;          // 0: after the last step only
+  int keep = 0;
+  bool save_async = false;
+  bool resume = false;
+  std::string resume_dir;  // empty: save_dir
 };
 
 [[noreturn]] void bad(const std::string& what) {
@@ -134,6 +148,17 @@ Options parse(int argc, char** argv) {
         o.config_args.push_back("--set");
         o.config_args.push_back(std::string("zero_optimization.") + key + ".nvme_path=" + dir);
       }
+    } else if (a == "--save-dir") {
+      o.save_dir = value();
+    } else if (a == "--save-every") {
+      o.save_every = gpt::flag_int(a, value());
+    } else if (a == "--keep") {
+      o.keep = gpt::flag_int(a, value());
+    } else if (a == "--save-async") {
+      o.save_async = true;
+    } else if (a == "--resume") {
+      o.resume = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') o.resume_dir = argv[++i];
     } else if (a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());
@@ -155,6 +180,13 @@ Options parse(int argc, char** argv) {
   if (o.ranks < 1) bad("--ranks must be >= 1");
   if (o.steps < 1) bad("--steps must be >= 1");
   if (o.batch < 1) bad("--batch must be >= 1");
+  if (o.save_every < 0 || o.keep < 0) bad("--save-every and --keep must be >= 0");
+  if ((o.save_every > 0 || o.keep > 0 || o.save_async) && o.save_dir.empty()) {
+    bad("--save-every / --keep / --save-async need --save-dir");
+  }
+  if (o.resume && o.resume_dir.empty() && o.save_dir.empty()) {
+    bad("--resume needs a directory (--resume DIR, or --save-dir DIR)");
+  }
   (void)CheckpointSpec::parse(o.checkpoint);
   return o;
 }
@@ -270,8 +302,34 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
         o.memory_budget > 0 ? format_bytes(static_cast<std::size_t>(o.memory_budget)).c_str()
                             : "none");
   }
+  // Resume: the engine's state from the checkpoint (any world size and stage), the data
+  // position from the trainer's bytes ("step=<k> seed=<s>": the batches are a function of both).
+  int first = 0;
+  if (o.resume) {
+    const ckpt::LoadResult lr = ckpt::load(e, o.resume_dir.empty() ? o.save_dir : o.resume_dir);
+    unsigned long long seed = 0;
+    if (std::sscanf(lr.trainer_state.c_str(), "step=%d seed=%llu", &first, &seed) != 2) {
+      ZERO_THROW(kCorruption, "zero-train --resume: '", lr.path,
+                 "' holds no zero-train data position (trainer.bin: '",
+                 lr.trainer_state.substr(0, 60), "')");
+    }
+    if (seed != o.seed) {
+      bad("--resume: the checkpoint was trained with --seed " + std::to_string(seed) + ", not " +
+          std::to_string(o.seed));
+    }
+    if (printer) {
+      std::lock_guard<std::mutex> lock(print);
+      std::printf("resumed from %s: step %d (saved by %d ranks at stage %d)\n", lr.path.c_str(),
+                  first, lr.saved_world_size, lr.saved_stage);
+    }
+  }
+  std::unique_ptr<ckpt::Saver> saver;
+  if (!o.save_dir.empty()) {
+    saver = std::make_unique<ckpt::Saver>(
+        e, ckpt::SaveOptions{.dir = o.save_dir, .keep = o.keep, .async = o.save_async});
+  }
   const auto accum = static_cast<int>(cfg.gradient_accumulation_steps);
-  for (int step = 0; step < o.steps; ++step) {
+  for (int step = first; step < o.steps; ++step) {
     const auto t0 = Clock::now();
     double loss = 0;
     StepResult r;
@@ -296,6 +354,18 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
           format_bytes(e.tracker().peak_memory()).c_str());
       std::fflush(stdout);
     }
+    if (saver && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || step + 1 == o.steps)) {
+      const auto s0 = Clock::now();
+      const ckpt::SaveInfo info =
+          saver->save("step=" + std::to_string(step + 1) + " seed=" + std::to_string(o.seed));
+      const double stall = std::chrono::duration<double>(Clock::now() - s0).count();
+      if (printer) {
+        std::lock_guard<std::mutex> lock(print);
+        std::printf("save  %5d | %s | rank 0 wrote %s | step stall %.3f s%s\n", step + 1,
+                    info.path.c_str(), format_bytes(info.bytes).c_str(), stall,
+                    o.save_async ? " (asynchronous: written in the background)" : "");
+      }
+    }
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
       const gpt::TokenBatch vb =
           corpus.batch(gpt::Split::kVal, o.batch, g.seq, comm.rank(), 0, 0, 7);
@@ -307,6 +377,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
       }
     }
   }
+  if (saver) saver->wait();
   if (printer) {
     std::lock_guard<std::mutex> lock(print);
     std::printf("%s", e.memory_report().table().c_str());
