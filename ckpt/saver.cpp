@@ -246,17 +246,22 @@ Saver::Saver(Engine& engine, SaveOptions options)
              "checkpoint save: keep = ", impl_->options.keep, " (must be >= 0; 0 keeps all)");
 }
 
+// Local: a destructor may run on one rank only (unwinding an error), so it must not wait for
+// the others.
 Saver::~Saver() {
-  try {
-    wait();
-  } catch (const std::exception& e) {
-    ZERO_LOG(kError, "checkpoint save in flight failed: ", e.what());
+  impl_->join();
+  if (impl_->error) {
+    try {
+      std::rethrow_exception(impl_->error);
+    } catch (const std::exception& e) {
+      ZERO_LOG(kError, "checkpoint save in flight failed: ", e.what());
+    }
   }
 }
 
 void Saver::wait() {
   impl_->join();
-  if (impl_->error) std::rethrow_exception(std::exchange(impl_->error, nullptr));
+  agree(impl_->engine.comm(), std::exchange(impl_->error, nullptr));
 }
 
 SaveInfo Saver::save(std::string_view trainer_state) {
@@ -268,13 +273,8 @@ SaveInfo Saver::save(std::string_view trainer_state) {
              e.micro_step(),
              " micro-step(s) into an accumulation window; save after the step() "
              "that ends it (StepResult::boundary)");
+  wait();  // the previous asynchronous save, committed on every rank
   std::exception_ptr local;
-  try {
-    wait();  // the previous asynchronous save
-  } catch (...) {
-    local = std::current_exception();
-  }
-  agree(comm, local);
 
   auto job = std::make_unique<Job>();
   job->rank = comm.rank();

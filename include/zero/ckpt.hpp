@@ -57,17 +57,18 @@ struct SaveInfo {
 class Saver {
  public:
   Saver(Engine& engine, SaveOptions options);
-  ~Saver();  // waits for a save in flight (its error is logged)
+  ~Saver();  // joins this rank's writer (its error is logged); local, unlike wait()
   Saver(const Saver&) = delete;
   Saver& operator=(const Saver&) = delete;
 
   // Saves the engine's training state and `trainer_state` (opaque bytes; rank 0's are kept).
   // Synchronous: returns when the checkpoint is committed on every rank (an error on any rank
-  // throws on every rank). Asynchronous: waits for the previous save, copies the shards to host
-  // memory and returns; wait() (or the next save) reports the background write's error.
-  // REQUIRES: engine.micro_step() == 0 (kInvalidArgument otherwise).
+  // throws on every rank). Asynchronous: waits for the previous save (as wait()), copies the
+  // shards to host memory and returns; the next save() or wait() reports the background
+  // write's error. REQUIRES: engine.micro_step() == 0 (kInvalidArgument otherwise).
   SaveInfo save(std::string_view trainer_state = {});
-  // Waits for the asynchronous save in flight; rethrows its error on this rank. Local.
+  // Collective: waits until the asynchronous save in flight is committed (rank 0 commits once
+  // every rank has written); an error on any rank throws on every rank.
   void wait();
 
  private:
