@@ -82,6 +82,16 @@ LoadResult load(Engine& e, const std::string& path) {
     }
   }
   const OptimizerParams& op = e.optimizer_params();
+  // The optimizer state carries over; the hyper-parameters are the new config's (as a resumed
+  // DeepSpeed run's config decides its schedule). Say so when they changed.
+  if (comm.rank() == 0 &&
+      (m.hyper.lr != op.lr || m.hyper.beta1 != op.beta1 || m.hyper.beta2 != op.beta2 ||
+       m.hyper.eps != op.eps || m.hyper.weight_decay != op.weight_decay)) {
+    ZERO_LOG(kWarn, "checkpoint '", dir, "': the optimizer's hyper-parameters changed (lr ",
+             m.hyper.lr, " -> ", op.lr, ", betas (", m.hyper.beta1, ", ", m.hyper.beta2, ") -> (",
+             op.beta1, ", ", op.beta2, "), eps ", m.hyper.eps, " -> ", op.eps, ", weight_decay ",
+             m.hyper.weight_decay, " -> ", op.weight_decay, "): the config's apply from here");
+  }
   const std::size_t sd = dtype_size(op.state_dtype());
   std::map<std::string, std::unique_ptr<FileReader>> readers;
   auto reader = [&](const std::string& f) -> const FileReader& {

@@ -20,18 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::FullState;
 using testing::RunSpec;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() /
-           ("zero-ckpt-integrity-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
+using testing::TempDir;
 
 const RunSpec kSpec{.stage = 2, .ranks = 2, .dtype = DType::kBF16, .clip = true};
 

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "ckpt/ckpt_runs.hpp"
+#include "mpi_world.hpp"
 #include "zero/comm_config.hpp"
 
 namespace zero {
@@ -21,16 +22,7 @@ using testing::RankRun;
 using testing::Resumed;
 using testing::RunSpec;
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> comm = [] {
-    Config config;
-    config.comm_timeout_s = 120;
-    CommOptions options;
-    options.backend = "mpi";
-    return make_communicator(config, options);
-  }();
-  return *comm;
-}
+Communicator& world() { return testing::mpi_world(); }
 
 // One directory for all processes: rank 0's pid, broadcast.
 std::string shared_dir(Communicator& c, const std::string& tag) {

@@ -24,19 +24,9 @@ using testing::FullState;
 using testing::RankRun;
 using testing::Resumed;
 using testing::RunSpec;
+using testing::TempDir;
 
 constexpr int kHalf = 6;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("zero-ckpt-test-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
 
 // Rank 0's value of a per-rank computation.
 template <typename T, typename F>

@@ -7,21 +7,13 @@
 #include <thread>
 
 #include "comm/collective_checks.hpp"
+#include "mpi_world.hpp"
 #include "zero/comm.hpp"
 
 namespace zero::test {
 namespace {
 
-// The world communicator, shared by the tests (MPI is initialised once per process).
-Communicator& world() {
-  static std::unique_ptr<Communicator> comm = [] {
-    CommOptions options;
-    options.timeout_s = 120;
-    options.backend = "mpi";  // also when started without mpirun: a world of one
-    return make_communicator(options);
-  }();
-  return *comm;
-}
+Communicator& world() { return testing::mpi_world(); }
 
 TEST(Mpi, LaunchIsDetected) {
   Communicator& c = world();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/mlp_training.hpp"
+#include "mpi_world.hpp"
 #include "zero/comm.hpp"
 #include "zero/comm_config.hpp"
 
@@ -22,16 +23,7 @@ using testing::max_abs_diff;
 using testing::RunResult;
 using testing::RunSpec;
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> comm = [] {
-    Config config;
-    config.comm_timeout_s = 120;
-    CommOptions options;
-    options.backend = "mpi";
-    return make_communicator(config, options);
-  }();
-  return *comm;
-}
+Communicator& world() { return testing::mpi_world(); }
 
 TEST(EngineMpi, EveryStageMatchesStageZeroWithinTolerance) {
   Communicator& c = world();
