@@ -1,0 +1,140 @@
+// zero/torch.hpp — ZeRO for LibTorch trainers: an optimizer that takes the place of
+// torch::optim::AdamW, stages 0-3 (optional component: target zero::torch, ZERO_WITH_TORCH).
+//
+// The swap (stages 0-2): where the trainer constructed
+//     torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(lr));
+// it constructs
+//     zero::torch::Optimizer optimizer(comm, *model, config);
+// and keeps `optimizer.zero_grad(); loss.backward(); optimizer.step();` as they were. The
+// module's parameters come to live in the engine's storage (each parameter tensor becomes a view
+// of the engine's working copy, of the config's working dtype: f32, bf16 or f16); during backward
+// each parameter's .grad is a view of the engine's gradient buffer of its unit, set by a hook on
+// the parameter's gradient accumulator before autograd accumulates into it; when the last
+// parameter of a unit has its gradient, a post hook hands the unit to the engine (grads_ready:
+// stages 2-3 start its reduce-scatter while backward goes on, as DDP's reducer does) and .grad
+// goes back to undefined. step() hands over the units no gradient reached (a zero gradient) and
+// steps the engine (clipping, accumulation, the LR schedule, offload, fp16 loss scaling: the
+// config's keys, as for every other trainer).
+//
+// Stage 3 (zero_optimization.stage = 3, the same two lines): the units should be the
+// submodules FSDP would wrap (units_of(model, {blocks...}), else units_by_child). Each
+// parameter's storage is emptied (0 bytes) and refilled from the gathered unit on use: a
+// thread-local ATen RecordFunction callback sees every operator's inputs; when one of them is a
+// parameter (or a view of one) of a unit that is not gathered, the unit is gathered there, before
+// the kernel runs (the engine prefetches the next unit in the recorded order), and the unit that
+// was in use before is released. The same happens in backward, where autograd's kernels read the
+// saved parameters. What it requires of the model: parameters are read through ATen operators
+// (not through raw data_ptr() in the forward), every rank runs the same operators on the same
+// units in the same order (as FSDP requires), CPU tensors.
+//
+// Gradient accumulation has the engine's meaning: call step() after every micro-batch's
+// backward with gradient_accumulation_steps = A in the config (not A backward() calls before one
+// step()); a second backward() in one micro-step is an error naming the parameter. fp16: scale
+// the loss (`optimizer.scale_loss(loss).backward()`); bf16 and f32 need nothing. The model's
+// buffers (not parameters) are left alone. Parameters with requires_grad = false are left alone
+// (they are not trained, as with torch::optim). Unlike torch::optim::AdamW, a parameter that got
+// no gradient in a step is still stepped (zero gradient: weight decay and momentum apply), as
+// every rank must step the same shards.
+//
+// Thread safety: an Optimizer belongs to one rank and is created, used and destroyed on that
+// rank's thread (in-process ranks: one Optimizer, one model per thread). All ranks must make the
+// same sequence of calls (step, backward through the same units).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/comm.hpp"
+#include "zero/config.hpp"
+#include "zero/engine.hpp"
+
+namespace zero::torch {
+
+// A unit: the parameters the engine gathers and reduces together, with their names.
+struct TensorUnit {
+  std::string name;
+  std::vector<std::string> param_names;
+  std::vector<at::Tensor> params;
+};
+
+// ---- how the trainer groups its parameters into units
+// The default: one unit per direct child of `model` that has parameters, in registration order,
+// named as the child; the model's own direct parameters, if any, a unit "<root>" first.
+std::vector<TensorUnit> units_by_child(const ::torch::nn::Module& model);
+// fully_shard style: each marked submodule is a unit (its parameters not under a marked
+// descendant); every parameter under no marked submodule goes into one unit "<root>", first
+// (FSDP's root unit). REQUIRES: each marked module is a submodule of `model` (kInvalidArgument).
+std::vector<TensorUnit> units_of(const ::torch::nn::Module& model,
+                                 const std::vector<std::shared_ptr<::torch::nn::Module>>& marked);
+// model->named_parameters(): grouped by the first component of the name ("fc1.weight": "fc1").
+std::vector<TensorUnit> units_by_prefix(const ::torch::OrderedDict<std::string, at::Tensor>& named);
+// model->parameters(): one unit per tensor ("param.<i>"); the reduce buckets merge them.
+std::vector<TensorUnit> units_of(const std::vector<at::Tensor>& params);
+// Parameter groups: one unit per group ("group.<g>"). A group's options must be the config's
+// (lr, betas, eps, weight_decay): the engine steps every unit with one set of hyper-parameters,
+// so a group that asks for others is kConfig naming the group and the option.
+std::vector<TensorUnit> units_of(const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+                                 const Config& config);
+
+// LibTorch's own view of memory: bytes of the storages behind `params` and behind their defined
+// .grad tensors (each storage counted once).
+struct TensorBytes {
+  std::size_t params = 0;
+  std::size_t grads = 0;
+};
+TensorBytes tensor_bytes(const std::vector<at::Tensor>& params);
+
+class Optimizer {
+ public:
+  // REQUIRES: comm outlives the optimizer; every parameter a dense CPU tensor of a floating
+  // dtype, each in one unit only (a tensor listed twice: kept in its first unit). Rank 0's
+  // values are broadcast to every rank (as DDP does) and become the engine's parameters (master
+  // f32, working copy W); from then on the tensors are views of the engine's storage (their dtype
+  // becomes W). Throws what Engine's constructor throws for the config (kConfig naming the key),
+  // kInvalidArgument for a parameter it cannot take (naming it).
+  Optimizer(Communicator& comm, std::vector<TensorUnit> units, const Config& config,
+            EngineOptions options = {});
+  Optimizer(Communicator& comm, const ::torch::nn::Module& model, const Config& config,
+            EngineOptions options = {});
+  Optimizer(Communicator& comm, const std::vector<at::Tensor>& params, const Config& config,
+            EngineOptions options = {});
+  Optimizer(Communicator& comm, const ::torch::OrderedDict<std::string, at::Tensor>& named,
+            const Config& config, EngineOptions options = {});
+  Optimizer(Communicator& comm, const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+            const Config& config, EngineOptions options = {});
+  // Stages 0-2: each parameter gets a storage of its own with its current values (the model
+  // stays usable). Stage 3: parameters become empty tensors (shape [0]) unless detach() ran.
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Sets every parameter's .grad to undefined (the engine zeroes its gradient buffers itself at
+  // the start of each micro-step). REQUIRES: not inside backward.
+  void zero_grad();
+  // Ends the micro-step: hands over the units whose gradients backward did not reach (zero
+  // gradient), releases the gathered stage-3 units and steps the engine (Engine::step). Raises
+  // an error a stage-3 gather hit during forward or backward (kept until here when it happened
+  // inside an operator, where LibTorch swallows exceptions).
+  StepResult step();
+  // loss * the engine's loss scale (fp16; 1 otherwise). A new tensor: call backward() on it.
+  at::Tensor scale_loss(const at::Tensor& loss) const;
+  // Collective: every parameter gets a storage of its own with its full current values (stage 3:
+  // gathered), for evaluation or saving after training. The optimizer cannot step afterwards.
+  void detach();
+
+  Engine& engine() noexcept;
+  const std::vector<TensorUnit>& units() const noexcept;
+  // All parameters in unit order (what tensor_bytes() is asked about).
+  std::vector<at::Tensor> parameters() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zero::torch

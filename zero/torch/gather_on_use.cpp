@@ -1,0 +1,131 @@
+// zero/torch/gather_on_use.cpp — see gather_on_use.hpp.
+//
+// Compiled with NDEBUG always (zero/torch/CMakeLists.txt): at::RecordFunction has a debug-only
+// member (inputs_valid_) before the fields inputs() reads, so a TU built without NDEBUG reads the
+// release-built libtorch's RecordFunction at the wrong offsets.
+#include "zero/torch/gather_on_use.hpp"
+
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <string>
+
+#include "zero/error.hpp"
+#include "zero/log.hpp"
+#include "zero/torch/bound_storage.hpp"
+
+namespace zero::torch::detail {
+namespace {
+
+thread_local GatherOnUse* tls_current = nullptr;
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  GatherOnUse* g = tls_current;
+  if (g != nullptr) {
+    const auto inputs = fn.inputs();
+    g->on_operator(inputs.data(), inputs.size());
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+GatherOnUse::GatherOnUse(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages)
+    : engine_(engine), storages_(std::move(storages)) {
+  const std::size_t n = storages_.size();
+  guards_.resize(n);
+  live_.assign(n, false);
+  fallback_.resize(n);
+  for (UnitId u = 0; u < static_cast<UnitId>(n); ++u)
+    for (c10::StorageImpl* s : storages_[static_cast<std::size_t>(u)]) unit_of_.emplace(s, u);
+  previous_ = tls_current;
+  tls_current = this;
+  callback_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(on_start).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+}
+
+GatherOnUse::~GatherOnUse() {
+  at::removeCallback(callback_);
+  tls_current = previous_;
+  try {
+    release_all();
+  } catch (const std::exception& e) {
+    ZERO_LOG(kWarn, "zero::torch: releasing the gathered units failed: ", e.what());
+  }
+}
+
+void GatherOnUse::on_operator(const c10::IValue* inputs, std::size_t count) {
+  touched_.clear();
+  for (std::size_t k = 0; k < count; ++k) {
+    const c10::IValue& v = inputs[k];
+    if (v.isTensor()) {
+      see(v.toTensor());
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      for (std::size_t j = 0; j < list.size(); ++j) see(list.get(j));
+    }
+  }
+  if (touched_.empty()) return;  // an operator on activations only: nothing changes
+  for (UnitId u : touched_) gather(u);
+  for (UnitId u = 0; u < static_cast<UnitId>(live_.size()); ++u)
+    if (live_[static_cast<std::size_t>(u)] &&
+        std::find(touched_.begin(), touched_.end(), u) == touched_.end())
+      release(u);
+}
+
+void GatherOnUse::see(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return;
+  const auto it = unit_of_.find(t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl());
+  if (it == unit_of_.end()) return;
+  if (std::find(touched_.begin(), touched_.end(), it->second) == touched_.end())
+    touched_.push_back(it->second);
+}
+
+void GatherOnUse::gather(UnitId u) {
+  const auto us = static_cast<std::size_t>(u);
+  if (live_[us]) return;
+  auto& storages = storages_[us];
+  if (!error_) {
+    try {
+      guards_[us] = engine_.gather(u);
+      for (std::size_t i = 0; i < storages.size(); ++i)
+        bind(storages[i], guards_[us].param(static_cast<int>(i)));
+      live_[us] = true;
+      ++gathers_;
+      return;
+    } catch (...) {
+      error_ = std::current_exception();
+      guards_[us] = GatherGuard();
+    }
+  }
+  // After a failure no collective is entered again (the other ranks may be gone): the kernel
+  // reads zeros and the error surfaces at the next hook or step().
+  const UnitSpec& spec = engine_.unit(u);
+  const std::size_t elem = dtype_size(engine_.param_dtype());
+  std::size_t total = 0;
+  for (const ParamSpec& p : spec.params) total += p.numel() * elem;
+  fallback_[us].assign(total, 0);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < storages.size(); ++i) {
+    const std::size_t bytes = spec.params[i].numel() * elem;
+    bind(storages[i], fallback_[us].data() + offset, bytes);
+    offset += bytes;
+  }
+  live_[us] = true;
+}
+
+void GatherOnUse::release(UnitId u) {
+  const auto us = static_cast<std::size_t>(u);
+  if (!live_[us]) return;
+  for (c10::StorageImpl* s : storages_[us]) unbind(s);
+  live_[us] = false;
+  fallback_[us].clear();
+  fallback_[us].shrink_to_fit();
+  guards_[us].release();
+}
+
+void GatherOnUse::release_all() {
+  for (UnitId u = 0; u < static_cast<UnitId>(live_.size()); ++u) release(u);
+}
+
+}  // namespace zero::torch::detail

@@ -1,0 +1,69 @@
+// zero/torch/gather_on_use.hpp — stage 3 for LibTorch modules: a unit's parameters are gathered
+// when an operator is about to read them and released when operators move on to other units.
+//
+// LibTorch (1.13) has no forward hooks in C++, and a module's forward is not virtual, so the
+// module cannot be wrapped without changing the trainer's code. What every read of a parameter
+// does go through is the ATen dispatcher, and the dispatcher runs RecordFunction callbacks
+// with the operator's inputs before its kernel. A thread-local callback looks each input's
+// StorageImpl up among the units' parameter storages (views share it: weight.t(), the tensors
+// autograd saves for backward); for every unit the operator reads it gathers the unit
+// (Engine::gather: the all-gather, or the prefetch already in flight, and the prefetch of what
+// comes next) and binds the parameters' storages to the gathered buffer; the units the operator
+// does not read are released. So a unit is live from its first operator to the first operator
+// that reads another unit's parameters — the module-boundary release of FSDP without hooks on
+// modules — and again in backward, where autograd's kernels read the saved parameters.
+//
+// LibTorch catches and logs every exception a RecordFunction callback throws, so a failed gather
+// is kept (error()) and the unit's storages are bound to zeros for the kernel that is about to
+// run; the optimizer raises the error at the next gradient hook or step().
+//
+// Thread safety: registered for, and used on, the thread that creates it (one rank's thread).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <exception>
+#include <unordered_map>
+#include <vector>
+
+#include "zero/engine.hpp"
+
+namespace zero::torch::detail {
+
+class GatherOnUse {
+ public:
+  // storages[u][i]: the storage of parameter i of unit u.
+  GatherOnUse(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages);
+  ~GatherOnUse();  // removes the callback, releases what is gathered
+  GatherOnUse(const GatherOnUse&) = delete;
+  GatherOnUse& operator=(const GatherOnUse&) = delete;
+
+  // Called by the callback with the operator's inputs (tensors and tensor lists).
+  void on_operator(const c10::IValue* inputs, std::size_t count);
+  // Releases every gathered unit (before the engine's step, or detach()).
+  void release_all();
+  // The first error a gather hit (null: none).
+  std::exception_ptr error() const noexcept { return error_; }
+  // Units gathered by an operator so far (all micro-steps).
+  std::size_t gathers() const noexcept { return gathers_; }
+
+ private:
+  void see(const at::Tensor& t);
+  void gather(UnitId u);
+  void release(UnitId u);
+
+  Engine& engine_;
+  std::vector<std::vector<c10::StorageImpl*>> storages_;
+  std::unordered_map<const c10::StorageImpl*, UnitId> unit_of_;
+  std::vector<GatherGuard> guards_;
+  std::vector<bool> live_;
+  std::vector<UnitId> touched_;              // units the current operator reads
+  std::vector<std::vector<char>> fallback_;  // zeros a kernel reads after a failed gather
+  std::exception_ptr error_;
+  std::size_t gathers_ = 0;
+  std::uint64_t callback_ = 0;
+  GatherOnUse* previous_ = nullptr;  // the thread's previous instance (nested optimizers)
+};
+
+}  // namespace zero::torch::detail

@@ -1,0 +1,368 @@
+// zero/torch/optimizer.cpp — zero::torch::Optimizer (zero/torch.hpp): the module's parameters
+// bound to the engine's storage, the gradient hooks on their accumulators, the step.
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+
+#include "zero/error.hpp"
+#include "zero/log.hpp"
+#include "zero/torch.hpp"
+#include "zero/torch/bound_storage.hpp"
+#include "zero/torch/gather_on_use.hpp"
+
+namespace zero::torch {
+namespace {
+
+using ::torch::autograd::variable_list;
+
+std::vector<std::int64_t> shape_of(const at::Tensor& t) {
+  return {t.sizes().begin(), t.sizes().end()};
+}
+
+// The engine's shape of a parameter: a 0-dim tensor is one element.
+std::vector<std::int64_t> engine_shape(const at::Tensor& t) {
+  auto s = shape_of(t);
+  if (s.empty()) s.push_back(1);
+  return s;
+}
+
+}  // namespace
+
+// ---- the state behind the optimizer
+
+struct Optimizer::Impl {
+  struct Param {
+    UnitId unit = 0;
+    int index = 0;
+    std::string name;
+    at::Tensor tensor;                // the module's parameter (its identity is kept)
+    std::vector<std::int64_t> shape;  // LibTorch's shape
+    detail::BoundTensor bound;        // its data since set_data
+    at::Tensor grad_view;             // the engine's gradient buffer while the unit is in flight
+    std::shared_ptr<::torch::autograd::Node> accumulator;
+    std::uintptr_t post_hook = 0;
+  };
+  // What the hooks reach; `impl` is cleared when the optimizer goes (LibTorch 1.13 cannot remove
+  // a pre hook, and a graph built earlier may keep an accumulator alive).
+  struct HookTarget {
+    Impl* impl = nullptr;
+  };
+
+  Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config, EngineOptions options);
+  ~Impl();
+
+  void on_gradient(UnitId u, int i);     // before autograd accumulates into .grad
+  void on_accumulated(UnitId u, int i);  // after
+  void hand_over(UnitId u);
+  void raise_gather_error() const;
+  void unhook();
+  void own_values(bool gather);  // every parameter gets its own storage back
+
+  Communicator& comm;
+  std::vector<TensorUnit> units;
+  std::unique_ptr<Engine> engine;
+  DType w = DType::kF32;
+  bool shard_params = false;
+  std::vector<std::vector<Param>> params;  // [unit][index]
+  std::vector<int> waiting;                // per unit: parameters without a gradient yet
+  std::vector<bool> handed;                // per unit: grads_ready this micro-step
+  bool in_micro_step = false;              // a gradient arrived since the last step()
+  bool detached = false;
+  std::shared_ptr<HookTarget> target = std::make_shared<HookTarget>();
+  std::unique_ptr<detail::GatherOnUse> gather_on_use;  // stage 3
+};
+
+namespace {
+
+struct PreHook : ::torch::autograd::FunctionPreHook {
+  PreHook(std::shared_ptr<Optimizer::Impl::HookTarget> t, UnitId u, int i)
+      : target(std::move(t)), unit(u), index(i) {}
+  variable_list operator()(const variable_list& grads) override {
+    if (target->impl != nullptr) target->impl->on_gradient(unit, index);
+    return grads;
+  }
+  std::shared_ptr<Optimizer::Impl::HookTarget> target;
+  UnitId unit;
+  int index;
+};
+
+struct PostHook : ::torch::autograd::FunctionPostHook {
+  PostHook(std::shared_ptr<Optimizer::Impl::HookTarget> t, UnitId u, int i)
+      : target(std::move(t)), unit(u), index(i) {}
+  variable_list operator()(const variable_list& outputs, const variable_list&) override {
+    if (target->impl != nullptr) target->impl->on_accumulated(unit, index);
+    return outputs;
+  }
+  std::shared_ptr<Optimizer::Impl::HookTarget> target;
+  UnitId unit;
+  int index;
+};
+
+// Drops parameters the engine does not train (requires_grad = false, no elements) and tensors
+// already in an earlier unit; checks the rest.
+std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptions& options) {
+  ZERO_CHECK(options.device.is_cpu() && options.device_ops == nullptr, kInvalidArgument,
+             "zero::torch: the LibTorch adapter trains CPU tensors (EngineOptions::device must be "
+             "the CPU, no device_ops)");
+  std::unordered_set<const void*> seen;
+  for (TensorUnit& u : units) {
+    ZERO_CHECK(u.param_names.size() == u.params.size(), kInvalidArgument, "zero::torch: unit '",
+               u.name, "' has ", u.params.size(), " parameters and ", u.param_names.size(),
+               " names");
+    TensorUnit kept{u.name, {}, {}};
+    for (std::size_t i = 0; i < u.params.size(); ++i) {
+      const at::Tensor& t = u.params[i];
+      const std::string& name = u.param_names[i];
+      ZERO_CHECK(t.defined(), kInvalidArgument, "zero::torch: parameter '", name,
+                 "' is an undefined tensor");
+      if (!seen.insert(t.unsafeGetTensorImpl()).second) continue;  // tied: its first unit
+      if (!t.requires_grad() || t.numel() == 0) {
+        ZERO_LOG(kInfo, "zero::torch: parameter '", name,
+                 t.numel() == 0 ? "' has no elements" : "' does not require grad",
+                 ": left to the model, not trained");
+        continue;
+      }
+      ZERO_CHECK(t.device().is_cpu() && t.layout() == at::kStrided, kInvalidArgument,
+                 "zero::torch: parameter '", name, "' is a ", t.toString(),
+                 " tensor; the adapter takes dense CPU tensors");
+      ZERO_CHECK(at::isFloatingType(t.scalar_type()), kInvalidArgument, "zero::torch: parameter '",
+                 name, "' has dtype ", t.scalar_type(), "; parameters must be floating point");
+      ZERO_CHECK(t.is_leaf(), kInvalidArgument, "zero::torch: parameter '", name,
+                 "' is not a leaf tensor (it has a grad_fn)");
+      kept.param_names.push_back(name);
+      kept.params.push_back(t);
+    }
+    u = std::move(kept);
+  }
+  std::erase_if(units, [](const TensorUnit& u) { return u.params.empty(); });
+  ZERO_CHECK(!units.empty(), kInvalidArgument,
+             "zero::torch: no parameter to train (none given, or none requires grad)");
+  return units;
+}
+
+}  // namespace
+
+Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config,
+                      EngineOptions options)
+    : comm(c), units(checked(std::move(u), options)) {
+  engine = std::make_unique<Engine>(comm, config, options);
+  w = engine->param_dtype();
+  shard_params = engine->stage() == 3;
+  for (const TensorUnit& tu : units) {
+    UnitSpec spec{tu.name, {}};
+    for (std::size_t i = 0; i < tu.params.size(); ++i)
+      spec.params.push_back({tu.param_names[i], engine_shape(tu.params[i])});
+    engine->add_unit(std::move(spec));
+  }
+  // Rank 0's values, on every rank (DDP's broadcast at construction), become the engine's.
+  params.resize(units.size());
+  for (UnitId uid = 0; uid < static_cast<UnitId>(units.size()); ++uid) {
+    const TensorUnit& tu = units[static_cast<std::size_t>(uid)];
+    std::size_t total = 0;
+    for (const at::Tensor& t : tu.params) total += static_cast<std::size_t>(t.numel());
+    std::vector<float> values(total);
+    std::size_t offset = 0;
+    for (const at::Tensor& t : tu.params) {
+      const at::Tensor f = t.detach().to(at::kFloat).contiguous();
+      std::copy_n(f.data_ptr<float>(), f.numel(), values.data() + offset);
+      offset += static_cast<std::size_t>(t.numel());
+    }
+    comm.broadcast(values.data(), values.data(), total, DType::kF32, 0);
+    offset = 0;
+    for (std::size_t i = 0; i < tu.params.size(); ++i) {
+      const auto n = static_cast<std::size_t>(tu.params[i].numel());
+      engine->set_param(uid, static_cast<int>(i), values.data() + offset, n);
+      offset += n;
+    }
+  }
+  // The module's tensors become views of the engine's working copy (stage 3: empty until an
+  // operator reads them). set_data keeps each tensor's identity; it resets a gradient
+  // accumulator made for the old dtype, so the accumulators are taken after it.
+  for (UnitId uid = 0; uid < static_cast<UnitId>(units.size()); ++uid) {
+    const TensorUnit& tu = units[static_cast<std::size_t>(uid)];
+    auto& ps = params[static_cast<std::size_t>(uid)];
+    GatherGuard whole;
+    if (!shard_params) whole = engine->gather(uid);  // kept whole: a view that never moves
+    for (std::size_t i = 0; i < tu.params.size(); ++i) {
+      Param p;
+      p.unit = uid;
+      p.index = static_cast<int>(i);
+      p.name = tu.param_names[i];
+      p.tensor = tu.params[i];
+      p.shape = shape_of(p.tensor);
+      p.bound = detail::make_bound_tensor(p.shape, w);
+      if (!shard_params) detail::bind(p.bound.storage, whole.param(p.index));
+      p.tensor.set_data(p.bound.tensor);
+      p.tensor.mutable_grad().reset();
+      p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
+      ZERO_CHECK(p.accumulator != nullptr, kInternal, "no gradient accumulator for '", p.name, "'");
+      p.accumulator->add_pre_hook(std::make_unique<PreHook>(target, uid, p.index));
+      p.post_hook = p.accumulator->add_post_hook(std::make_unique<PostHook>(target, uid, p.index));
+      ps.push_back(std::move(p));
+    }
+  }
+  waiting.resize(units.size());
+  for (std::size_t uid = 0; uid < units.size(); ++uid)
+    waiting[uid] = static_cast<int>(params[uid].size());
+  handed.assign(units.size(), false);
+  target->impl = this;
+  if (shard_params) {
+    std::vector<std::vector<c10::StorageImpl*>> storages(units.size());
+    for (std::size_t uid = 0; uid < units.size(); ++uid)
+      for (const Param& p : params[uid]) storages[uid].push_back(p.bound.storage);
+    gather_on_use = std::make_unique<detail::GatherOnUse>(*engine, std::move(storages));
+  }
+}
+
+Optimizer::Impl::~Impl() {
+  try {
+    if (!detached) own_values(/*gather=*/false);
+  } catch (const std::exception& e) {
+    ZERO_LOG(kWarn, "zero::torch: giving the parameters their own storage failed: ", e.what());
+  }
+  unhook();
+}
+
+void Optimizer::Impl::unhook() {
+  target->impl = nullptr;
+  gather_on_use.reset();
+  for (auto& ps : params)
+    for (Param& p : ps) {
+      if (p.accumulator) p.accumulator->del_post_hook(p.post_hook);
+      p.accumulator.reset();
+    }
+}
+
+void Optimizer::Impl::raise_gather_error() const {
+  if (gather_on_use && gather_on_use->error()) std::rethrow_exception(gather_on_use->error());
+}
+
+// ---- the gradient hooks
+
+void Optimizer::Impl::on_gradient(UnitId u, int i) {
+  raise_gather_error();
+  Param& p = params[static_cast<std::size_t>(u)][static_cast<std::size_t>(i)];
+  ZERO_CHECK(!handed[static_cast<std::size_t>(u)] && !p.tensor.grad().defined(), kInvalidArgument,
+             "zero::torch: parameter '", p.name, "' (unit '",
+             units[static_cast<std::size_t>(u)].name,
+             "') got a second gradient in one micro-step: call optimizer.step() after every "
+             "backward() (gradient accumulation is the config's gradient_accumulation_steps)");
+  in_micro_step = true;
+  p.grad_view = detail::view_tensor(engine->grad(u, i), p.shape);
+  p.tensor.mutable_grad() = p.grad_view;
+}
+
+void Optimizer::Impl::on_accumulated(UnitId u, int i) {
+  Param& p = params[static_cast<std::size_t>(u)][static_cast<std::size_t>(i)];
+  // Autograd accumulates in place (into the engine's buffer) unless grad mode is on in backward
+  // (create_graph = true), where it assigns a new tensor: then its values are copied over.
+  const at::Tensor& g = p.tensor.grad();
+  if (g.defined() && !g.is_same(p.grad_view)) {
+    ::torch::NoGradGuard no_grad;
+    p.grad_view.copy_(g);
+    p.tensor.mutable_grad() = p.grad_view;
+  }
+  if (--waiting[static_cast<std::size_t>(u)] == 0) hand_over(u);
+}
+
+void Optimizer::Impl::hand_over(UnitId u) {
+  const auto us = static_cast<std::size_t>(u);
+  // The engine's buffer is the reduce-scatter's from here: .grad must not view it any more.
+  for (Param& p : params[us]) {
+    p.tensor.mutable_grad().reset();
+    p.grad_view.reset();
+  }
+  handed[us] = true;
+  engine->grads_ready(u);
+}
+
+void Optimizer::Impl::own_values(bool gather) {
+  if (gather_on_use) gather_on_use->release_all();
+  for (auto& ps : params)
+    for (Param& p : ps) {
+      p.tensor.mutable_grad().reset();
+      if (shard_params && !gather) {
+        p.tensor.set_data(at::empty({0}, p.tensor.options()));
+        continue;
+      }
+      std::vector<float> values(static_cast<std::size_t>(p.tensor.numel()));
+      engine->read_param(p.unit, p.index, values.data(), values.size());
+      at::Tensor own = ::torch::from_blob(values.data(), p.shape, at::kFloat)
+                           .to(detail::scalar_type(w), /*non_blocking=*/false, /*copy=*/true);
+      p.tensor.set_data(own);
+    }
+}
+
+// ---- the public face
+
+Optimizer::Optimizer(Communicator& comm, std::vector<TensorUnit> units, const Config& config,
+                     EngineOptions options)
+    : impl_(std::make_unique<Impl>(comm, std::move(units), config, std::move(options))) {}
+Optimizer::Optimizer(Communicator& comm, const ::torch::nn::Module& model, const Config& config,
+                     EngineOptions options)
+    : Optimizer(comm, units_by_child(model), config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm, const std::vector<at::Tensor>& params,
+                     const Config& config, EngineOptions options)
+    : Optimizer(comm, units_of(params), config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm, const ::torch::OrderedDict<std::string, at::Tensor>& named,
+                     const Config& config, EngineOptions options)
+    : Optimizer(comm, units_by_prefix(named), config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm,
+                     const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+                     const Config& config, EngineOptions options)
+    : Optimizer(comm, units_of(groups, config), config, std::move(options)) {}
+Optimizer::~Optimizer() = default;
+
+void Optimizer::zero_grad() {
+  Impl& m = *impl_;
+  ZERO_CHECK(!m.in_micro_step, kInvalidArgument,
+             "zero::torch: zero_grad() after backward() and before step(): the gradients are "
+             "already the engine's (stages 2-3 are reducing them); call step() first");
+  for (auto& ps : m.params)
+    for (auto& p : ps) p.tensor.mutable_grad().reset();
+}
+
+StepResult Optimizer::step() {
+  Impl& m = *impl_;
+  ZERO_CHECK(!m.detached, kInvalidArgument, "zero::torch: step() after detach()");
+  m.raise_gather_error();
+  if (m.gather_on_use) m.gather_on_use->release_all();
+  for (UnitId u = 0; u < static_cast<UnitId>(m.units.size()); ++u)
+    if (!m.handed[static_cast<std::size_t>(u)]) m.hand_over(u);  // no (or a partial) gradient
+  const StepResult r = m.engine->step();
+  for (std::size_t u = 0; u < m.units.size(); ++u) {
+    m.waiting[u] = static_cast<int>(m.params[u].size());
+    m.handed[u] = false;
+  }
+  m.in_micro_step = false;
+  return r;
+}
+
+at::Tensor Optimizer::scale_loss(const at::Tensor& loss) const {
+  return loss * impl_->engine->loss_scale();
+}
+
+void Optimizer::detach() {
+  Impl& m = *impl_;
+  ZERO_CHECK(!m.in_micro_step, kInvalidArgument,
+             "zero::torch: detach() between backward() and step()");
+  m.own_values(/*gather=*/true);
+  m.unhook();
+  m.detached = true;
+}
+
+Engine& Optimizer::engine() noexcept { return *impl_->engine; }
+const std::vector<TensorUnit>& Optimizer::units() const noexcept { return impl_->units; }
+
+std::vector<at::Tensor> Optimizer::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& ps : impl_->params)
+    for (const auto& p : ps) out.push_back(p.tensor);
+  return out;
+}
+
+}  // namespace zero::torch
