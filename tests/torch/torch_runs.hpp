@@ -35,10 +35,21 @@ struct TorchRun {
   std::string offload = "none";  // offload_optimizer.device
   bool marked = false;           // units_of(model, blocks) instead of units_by_child
   int steps = 20;
+  // zero_optimization bucket keys (0: the defaults, DeepSpeed's: 5e8 / 5e7 / 1e9 elements, which
+  // hold a small model's gradients and gathered parameters whole).
+  long reduce_bucket = 0, prefetch_bucket = 0, max_live = 0;
+  // stage3_param_persistence_threshold: 0 shards every unit (DeepSpeed's 1e5 would keep every
+  // unit of these small models whole, and stage 3 would gather nothing).
+  long persistence = 0;
 };
 
 inline Config torch_config(const TorchRun& r) {
   std::string j = R"({"zero_optimization": {"stage": )" + std::to_string(r.stage);
+  if (r.reduce_bucket > 0) j += R"(, "reduce_bucket_size": )" + std::to_string(r.reduce_bucket);
+  if (r.prefetch_bucket > 0)
+    j += R"(, "stage3_prefetch_bucket_size": )" + std::to_string(r.prefetch_bucket);
+  j += R"(, "stage3_param_persistence_threshold": )" + std::to_string(r.persistence);
+  if (r.max_live > 0) j += R"(, "stage3_max_live_parameters": )" + std::to_string(r.max_live);
   if (r.offload != "none")
     j += R"(, "offload_optimizer": {"device": ")" + r.offload + R"(", "pin_memory": true})";
   j += R"(}, "gradient_accumulation_steps": )" + std::to_string(r.accumulation) +
