@@ -48,7 +48,8 @@ inline Config torch_config(const TorchRun& r) {
   if (r.reduce_bucket > 0) j += R"(, "reduce_bucket_size": )" + std::to_string(r.reduce_bucket);
   if (r.prefetch_bucket > 0)
     j += R"(, "stage3_prefetch_bucket_size": )" + std::to_string(r.prefetch_bucket);
-  j += R"(, "stage3_param_persistence_threshold": )" + std::to_string(r.persistence);
+  if (r.stage == 3)
+    j += R"(, "stage3_param_persistence_threshold": )" + std::to_string(r.persistence);
   if (r.max_live > 0) j += R"(, "stage3_max_live_parameters": )" + std::to_string(r.max_live);
   if (r.offload != "none")
     j += R"(, "offload_optimizer": {"device": ")" + r.offload + R"(", "pin_memory": true})";

@@ -1,0 +1,155 @@
+// zero::torch's errors and edges: what a trainer written for torch::optim does that the engine
+// cannot take is an error naming it; the model stays usable after the optimizer goes.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "expect_error.hpp"
+#include "torch_runs.hpp"
+
+namespace zero::testing {
+namespace {
+
+// One rank, one model: runs fn(optimizer, model) on an in-process rank.
+template <typename F>
+void with_optimizer(int stage, F&& fn) {
+  ct::Model model = make_model(test_dims());
+  TorchRun r;
+  r.stage = stage;
+  const Config config = torch_config(r);
+  ThreadGroup::run(1, [&](Communicator& comm) {
+    zero::torch::Optimizer opt(comm, *model, config);
+    fn(opt, model);
+  });
+}
+
+const TokenData& data() {
+  static const TokenData d = make_data(4, test_dims());
+  return d;
+}
+
+::torch::Tensor loss_of(ct::Model& m, int k = 0) {
+  return ct::loss(m, data().tokens[static_cast<std::size_t>(k)],
+                  data().targets[static_cast<std::size_t>(k)]);
+}
+
+TEST(TorchErrors, SecondBackwardBeforeStepNamesTheParameter) {
+  for (int stage : {0, 2, 3}) {
+    with_optimizer(stage, [](zero::torch::Optimizer& opt, ct::Model& m) {
+      loss_of(m).backward();
+      expect_error([&] { loss_of(m, 1).backward(); }, ErrorCode::kInvalidArgument,
+                   "got a second gradient in one micro-step");
+    });
+  }
+}
+
+TEST(TorchErrors, ZeroGradBetweenBackwardAndStep) {
+  with_optimizer(2, [](zero::torch::Optimizer& opt, ct::Model& m) {
+    loss_of(m).backward();
+    expect_error([&] { opt.zero_grad(); }, ErrorCode::kInvalidArgument, "call step() first");
+    opt.step();
+    opt.zero_grad();  // fine after the step
+  });
+}
+
+TEST(TorchErrors, MarkedModuleOutsideTheModel) {
+  ct::Model model = make_model(test_dims());
+  auto stranger = ::torch::nn::Linear(3, 3);
+  expect_error([&] { zero::torch::units_of(*model, {stranger.ptr()}); },
+               ErrorCode::kInvalidArgument, "is not a submodule of the model");
+}
+
+TEST(TorchErrors, ParameterGroupWithOtherOptions) {
+  ct::Model model = make_model(test_dims());
+  const Config config = torch_config(TorchRun{});
+  std::vector<::torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(model->wte->parameters(),
+                      std::make_unique<::torch::optim::AdamWOptions>(kLr * 10));
+  expect_error([&] { zero::torch::units_of(groups, config); }, ErrorCode::kConfig,
+               "parameter group 0 sets lr");
+  // Groups with the config's options (or none) are units.
+  std::vector<::torch::optim::OptimizerParamGroup> ok;
+  ok.emplace_back(model->wte->parameters(), std::make_unique<::torch::optim::AdamWOptions>(
+                                                ::torch::optim::AdamWOptions(kLr)
+                                                    .betas({0.9, 0.999})
+                                                    .eps(1e-8)
+                                                    .weight_decay(kWeightDecay)));
+  ok.emplace_back(model->head->parameters());
+  const auto units = zero::torch::units_of(ok, config);
+  ASSERT_EQ(units.size(), 2u);
+  EXPECT_EQ(units[1].params.size(), 2u);
+}
+
+TEST(TorchErrors, NonCpuDeviceIsRefused) {
+  ct::Model model = make_model(test_dims());
+  const Config config = torch_config(TorchRun{});
+  ThreadGroup::run(1, [&](Communicator& comm) {
+    EngineOptions o;
+    o.device = Device::cuda(0);
+    expect_error([&] { zero::torch::Optimizer opt(comm, *model, config, o); },
+                 ErrorCode::kInvalidArgument, "trains CPU tensors");
+  });
+}
+
+// The model outlives its optimizer: stages 0-2 keep the trained values in storage of their own;
+// stage 3 after detach() too.
+TEST(TorchEdges, ModelUsableAfterTheOptimizer) {
+  for (int stage : {0, 2, 3}) {
+    ct::Model model = make_model(test_dims());
+    TorchRun r;
+    r.stage = stage;
+    const Config config = torch_config(r);
+    ::torch::Tensor before;
+    ThreadGroup::run(1, [&](Communicator& comm) {
+      zero::torch::Optimizer opt(comm, *model, config);
+      loss_of(model).backward();
+      opt.step();
+      ::torch::NoGradGuard no_grad;
+      before = loss_of(model, 2).detach().clone();
+      if (stage == 3) opt.detach();
+    });
+    ::torch::NoGradGuard no_grad;
+    EXPECT_TRUE(::torch::equal(loss_of(model, 2), before)) << "stage " << stage;
+  }
+}
+
+// A unit backward never reaches (a child the forward does not use) is handed to the engine at
+// step() with a zero gradient; the stages still agree bitwise.
+struct WithSpare : ::torch::nn::Module {
+  WithSpare() {
+    used = register_module("used", ::torch::nn::Linear(5, 3));
+    spare = register_module("spare", ::torch::nn::Linear(4, 2));
+  }
+  ::torch::nn::Linear used{nullptr}, spare{nullptr};
+};
+
+TEST(TorchEdges, UnusedUnitIsSteppedWithAZeroGradient) {
+  std::vector<std::vector<::torch::Tensor>> finals;
+  for (int stage : {0, 2, 3}) {
+    ::torch::manual_seed(3);
+    auto model = std::make_shared<WithSpare>();
+    TorchRun r;
+    r.stage = stage;
+    r.ranks = 2;
+    const Config config = torch_config(r);
+    std::vector<::torch::Tensor> out;
+    std::vector<std::shared_ptr<WithSpare>> models{model, std::make_shared<WithSpare>()};
+    ThreadGroup::run(2, [&](Communicator& comm) {
+      auto& m = models[static_cast<std::size_t>(comm.rank())];
+      zero::torch::Optimizer opt(comm, *m, config);
+      for (int s = 0; s < 3; ++s) {
+        opt.zero_grad();
+        auto x = ::torch::ones({2, 5}) * (comm.rank() + 1);
+        m->used->forward(x).pow(2).mean().backward();
+        opt.step();
+      }
+      opt.detach();
+      if (comm.rank() == 0) out = snapshot(*m);
+    });
+    finals.push_back(out);
+  }
+  EXPECT_TRUE(bitwise_equal(finals[0], finals[1]));
+  EXPECT_TRUE(bitwise_equal(finals[0], finals[2]));
+}
+
+}  // namespace
+}  // namespace zero::testing
