@@ -88,8 +88,8 @@ TORCH_MODULE(Model);
 // Mean cross-entropy of next-token prediction over the batch.
 inline torch::Tensor loss(Model& model, const torch::Tensor& tokens, const torch::Tensor& targets) {
   auto logits = model->forward(tokens);
-  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}),
-                                              targets.view({-1}));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                              targets.reshape({-1}));
 }
 
 }  // namespace char_transformer
