@@ -68,11 +68,11 @@ TEST(TorchErrors, ParameterGroupWithOtherOptions) {
                "parameter group 0 sets lr");
   // Groups with the config's options (or none) are units.
   std::vector<::torch::optim::OptimizerParamGroup> ok;
-  ok.emplace_back(model->wte->parameters(), std::make_unique<::torch::optim::AdamWOptions>(
-                                                ::torch::optim::AdamWOptions(kLr)
-                                                    .betas({0.9, 0.999})
-                                                    .eps(1e-8)
-                                                    .weight_decay(kWeightDecay)));
+  ok.emplace_back(model->wte->parameters(),
+                  std::make_unique<::torch::optim::AdamWOptions>(::torch::optim::AdamWOptions(kLr)
+                                                                     .betas({0.9, 0.999})
+                                                                     .eps(1e-8)
+                                                                     .weight_decay(kWeightDecay)));
   ok.emplace_back(model->head->parameters());
   const auto units = zero::torch::units_of(ok, config);
   ASSERT_EQ(units.size(), 2u);
@@ -88,6 +88,45 @@ TEST(TorchErrors, NonCpuDeviceIsRefused) {
     expect_error([&] { zero::torch::Optimizer opt(comm, *model, config, o); },
                  ErrorCode::kInvalidArgument, "trains CPU tensors");
   });
+}
+
+// Stage 3: a gather that fails inside an operator (LibTorch swallows exceptions thrown by
+// RecordFunction callbacks) must not crash the kernel nor go unnoticed: rank 1 leaves before the
+// forward, rank 0's first gather fails, the kernel reads zeros and the error is raised at the
+// next gradient hook (backward) or step().
+TEST(TorchErrors, Stage3GatherFailureInsideAnOperatorSurfaces) {
+  std::vector<ct::Model> models{make_model(test_dims()), make_model(test_dims(), 2)};
+  TorchRun r;
+  r.stage = 3;
+  r.ranks = 2;
+  const Config config = torch_config(r);
+  bool rank0_saw_error = false;
+  std::string what;
+  ErrorCode code = ErrorCode::kInternal;
+  try {
+    ThreadGroup::run(
+        2,
+        [&](Communicator& comm) {
+          ct::Model& m = models[static_cast<std::size_t>(comm.rank())];
+          zero::torch::Optimizer opt(comm, *m, config);
+          if (comm.rank() == 1) throw std::runtime_error("rank 1 leaves");
+          try {
+            loss_of(m).backward();
+            opt.step();
+          } catch (const Error& e) {
+            rank0_saw_error = true;
+            what = e.what();
+            code = e.code();
+          }
+        },
+        /*timeout_s=*/20);
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 leaves"), std::string::npos);
+  }
+  EXPECT_TRUE(rank0_saw_error);
+  EXPECT_EQ(code, ErrorCode::kRemoteFailure) << what;  // the collective, named; not a crash
+  EXPECT_NE(what.find("all_gather"), std::string::npos) << what;
+  std::printf("rank 0: %s\n", what.c_str());
 }
 
 // The model outlives its optimizer: stages 0-2 keep the trained values in storage of their own;

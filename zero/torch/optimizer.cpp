@@ -281,7 +281,12 @@ void Optimizer::Impl::hand_over(UnitId u) {
 }
 
 void Optimizer::Impl::own_values(bool gather) {
-  if (gather_on_use) gather_on_use->release_all();
+  // set_data is an ATen operator: with the stage-3 callback still in place it would gather the
+  // parameter it replaces (a collective, on this rank alone when it unwinds an error).
+  if (gather_on_use) {
+    gather_on_use->release_all();
+    gather_on_use.reset();
+  }
   for (auto& ps : params)
     for (Param& p : ps) {
       p.tensor.mutable_grad().reset();
