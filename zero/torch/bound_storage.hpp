@@ -47,20 +47,14 @@ inline BoundTensor make_bound_tensor(const std::vector<std::int64_t>& shape, DTy
   return {std::move(t), raw};
 }
 
-inline void bind(c10::StorageImpl* s, const View& v) {
-  s->set_data_ptr_noswap(c10::DataPtr(v.data, c10::Device(c10::kCPU)));
-  s->set_nbytes(v.bytes());
-}
-
 inline void bind(c10::StorageImpl* s, void* data, std::size_t bytes) {
   s->set_data_ptr_noswap(c10::DataPtr(data, c10::Device(c10::kCPU)));
   s->set_nbytes(bytes);
 }
 
-inline void unbind(c10::StorageImpl* s) {
-  s->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
-  s->set_nbytes(0);
-}
+inline void bind(c10::StorageImpl* s, const View& v) { bind(s, v.data, v.bytes()); }
+
+inline void unbind(c10::StorageImpl* s) { bind(s, nullptr, 0); }
 
 // A tensor over memory the caller keeps alive (the engine's gradient buffer of a parameter).
 inline at::Tensor view_tensor(const View& v, const std::vector<std::int64_t>& shape) {

@@ -122,19 +122,19 @@ std::vector<TensorUnit> units_of(const std::vector<::torch::optim::OptimizerPara
                    " (the engine steps every unit with the config's optimizer block: use one "
                    "group per set of options and one optimizer, or the config's values)");
       };
-      if (const auto* o = dynamic_cast<const ::torch::optim::AdamWOptions*>(&group.options())) {
-        differs("lr", o->lr(), want.lr);
-        differs("betas[0]", std::get<0>(o->betas()), want.beta1);
-        differs("betas[1]", std::get<1>(o->betas()), want.beta2);
-        differs("eps", o->eps(), want.eps);
-        differs("weight_decay", o->weight_decay(), want.weight_decay);
+      // AdamWOptions and AdamOptions have the same accessors.
+      auto compare = [&](const auto& o) {
+        differs("lr", o.lr(), want.lr);
+        differs("betas[0]", std::get<0>(o.betas()), want.beta1);
+        differs("betas[1]", std::get<1>(o.betas()), want.beta2);
+        differs("eps", o.eps(), want.eps);
+        differs("weight_decay", o.weight_decay(), want.weight_decay);
+      };
+      if (const auto* w = dynamic_cast<const ::torch::optim::AdamWOptions*>(&group.options())) {
+        compare(*w);
       } else if (const auto* a =
                      dynamic_cast<const ::torch::optim::AdamOptions*>(&group.options())) {
-        differs("lr", a->lr(), want.lr);
-        differs("betas[0]", std::get<0>(a->betas()), want.beta1);
-        differs("betas[1]", std::get<1>(a->betas()), want.beta2);
-        differs("eps", a->eps(), want.eps);
-        differs("weight_decay", a->weight_decay(), want.weight_decay);
+        compare(*a);
       } else {
         ZERO_THROW(kConfig, "zero::torch: parameter group ", g,
                    " has options of a type other than AdamWOptions / AdamOptions; the engine's "
