@@ -97,7 +97,7 @@ struct Options {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -228,4 +228,6 @@ int main(int argc, char** argv) {
               l, gb / l, rr, gb / rr, l / rr);
   std::printf("  async  step stall %.3f s of %.3f s full save (%.1f%%)\n", st, fa, 100.0 * st / fa);
   return 0;
+} catch (...) {
+  return zero::report_exception("bench_ckpt");
 }

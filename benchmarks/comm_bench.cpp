@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "zero/comm.hpp"
+#include "zero/error.hpp"
 
 #if ZERO_WITH_MPI
 #include <mpi.h>
@@ -245,7 +246,7 @@ class NullReporter : public benchmark::BenchmarkReporter {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   benchmark::Initialize(&argc, argv);
   const zero::LaunchInfo launch = zero::detect_launch();
   std::unique_ptr<Communicator> mpi;
@@ -283,4 +284,6 @@ int main(int argc, char** argv) {
   if (g_raw != MPI_COMM_NULL) MPI_Comm_free(&g_raw);
 #endif
   return 0;
+} catch (...) {
+  return zero::report_exception("bench_comm");
 }

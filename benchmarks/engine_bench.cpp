@@ -26,7 +26,7 @@
 // /tmp, 4 staging buffers of 1M elements, read/write pipeline on). Counter over_no_offload. On
 // this CPU-only machine host offload only adds the chunked copies (nothing moves off a device);
 // NVMe adds the file I/O of 12 bytes per parameter each way.
-#include <benchmark/benchmark.h>
+#include "benchmarks/benchmark_main.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -257,4 +257,4 @@ BENCHMARK(BM_StageOverStage0)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+ZERO_BENCHMARK_MAIN("bench_engine")

@@ -16,9 +16,9 @@
 //
 // Files go under $ZERO_BENCH_DIR (default /tmp; it must be a file system with O_DIRECT: the
 // work disk, not tmpfs). Run: build/<dir>/benchmarks/bench_offload
-#include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include "benchmarks/benchmark_main.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -217,4 +217,4 @@ BENCHMARK(BM_OffloadedStep)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+ZERO_BENCHMARK_MAIN("bench_offload")

@@ -13,10 +13,10 @@
 //     pairs). The reported time is oneTBB's.
 //
 // Run: build/<dir>/benchmarks/bench_optim [--benchmark_format=json]
-#include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
+#include "benchmarks/benchmark_main.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -286,4 +286,4 @@ BENCHMARK(BM_AdamW_BusyNeighbour)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);
 
-BENCHMARK_MAIN();
+ZERO_BENCHMARK_MAIN("bench_optim")

@@ -152,7 +152,6 @@ int main(int argc, char** argv) try {
           t * 1e3, t / base);
     }
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "error: %s\n", e.what());
-  return 1;
+} catch (...) {
+  return zero::report_exception("bench_torch");
 }

@@ -114,11 +114,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zero::Error& e) {
-    std::fprintf(stderr, "zero-env: %s\n", e.what());
-    return 2;
-  }
+int main(int argc, char** argv) try { return run(argc, argv); } catch (...) {
+  return zero::report_exception("zero-env");
 }

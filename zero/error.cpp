@@ -1,6 +1,9 @@
 #include "zero/error.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 
 namespace zero {
 
@@ -44,6 +47,42 @@ Error::Error(ErrorCode code, std::string message, const char* file, int line)
       message_(std::move(message)),
       file_(file != nullptr ? file : ""),
       line_(line) {}
+
+int report_exception(std::string_view program) noexcept {
+  try {
+    std::string what = "unknown exception (not derived from std::exception)";
+    if (const std::exception_ptr current = std::current_exception(); !current) {
+      what = "failed (report_exception called with no exception in flight)";
+    } else {
+      try {
+        std::rethrow_exception(current);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+    }
+    constexpr std::size_t kMax = 2000;
+    std::string line;
+    line.reserve(std::min(what.size(), kMax) + 8);
+    for (char c : what) {
+      if (line.size() >= kMax) {
+        line += " ...";
+        break;
+      }
+      if (c == '\n' || c == '\r') {
+        if (!line.empty() && line.back() != ' ') line += "; ";
+      } else {
+        line += c;
+      }
+    }
+    std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()), program.data(),
+                 line.c_str());
+  } catch (...) {  // no memory left for the line
+    std::fprintf(stderr, "%.*s: failed (the error message could not be formatted)\n",
+                 static_cast<int>(program.size()), program.data());
+  }
+  return 2;
+}
 
 namespace detail {
 void throw_error(ErrorCode code, std::string message, const char* file, int line) {

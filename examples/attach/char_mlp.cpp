@@ -139,7 +139,7 @@ std::uint64_t checksum(const float* p, std::size_t n) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int steps = 300;
   std::string path = "/usr/share/common-licenses/GPL-3";
   std::vector<std::string> rest;
@@ -231,4 +231,10 @@ int main(int argc, char** argv) {
   }
 #endif
   return 0;
+} catch (const std::exception& e) {  // the plain trainer does not link zero
+  std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+  return 2;
+} catch (...) {
+  std::fprintf(stderr, "%s: unknown exception\n", argv[0]);
+  return 2;
 }

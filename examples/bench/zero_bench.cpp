@@ -486,11 +486,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zero::Error& e) {
-    std::fprintf(stderr, "zero-bench: %s\n", e.what());
-    return 2;
-  }
+int main(int argc, char** argv) try { return run(argc, argv); } catch (...) {
+  return zero::report_exception("zero-bench");
 }

@@ -14,7 +14,7 @@
 #include "zero/ckpt.hpp"
 #include "zero/error.hpp"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"zero-ckpt: inspect, export and reshard zero training checkpoints"};
   app.require_subcommand(1);
   std::string dir, out, dtype = "f32";
@@ -34,19 +34,16 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   reshard->add_option("--out", out, "root directory of the rewritten checkpoint")->required();
   CLI11_PARSE(app, argc, argv);
-  try {
-    if (*inspect) {
-      for (const std::string& line : zero::ckpt::inspect(dir)) std::printf("%s\n", line.c_str());
-    } else if (*consolidate) {
-      const std::size_t bytes = zero::ckpt::consolidate(dir, out, zero::parse_dtype(dtype));
-      std::printf("wrote %s: %zu bytes (%s)\n", out.c_str(), bytes, dtype.c_str());
-    } else if (*reshard) {
-      const std::string path = zero::ckpt::reshard(dir, world_size, out);
-      std::printf("wrote %s for %d ranks\n", path.c_str(), world_size);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zero-ckpt: %s\n", e.what());
-    return 2;
+  if (*inspect) {
+    for (const std::string& line : zero::ckpt::inspect(dir)) std::printf("%s\n", line.c_str());
+  } else if (*consolidate) {
+    const std::size_t bytes = zero::ckpt::consolidate(dir, out, zero::parse_dtype(dtype));
+    std::printf("wrote %s: %zu bytes (%s)\n", out.c_str(), bytes, dtype.c_str());
+  } else if (*reshard) {
+    const std::string path = zero::ckpt::reshard(dir, world_size, out);
+    std::printf("wrote %s for %d ranks\n", path.c_str(), world_size);
   }
   return 0;
+} catch (...) {
+  return zero::report_exception("zero-ckpt");
 }

@@ -191,7 +191,10 @@ int main(int argc, char** argv) try {
   }
 #endif
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "error: %s\n", e.what());
-  return 1;
+} catch (const std::exception& e) {  // the plain trainer does not link zero
+  std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+  return 2;
+} catch (...) {
+  std::fprintf(stderr, "%s: unknown exception\n", argv[0]);
+  return 2;
 }

@@ -50,6 +50,13 @@ class Error : public std::runtime_error {
   int line_;
 };
 
+// For a program's main, called inside `catch (...)`: writes the exception in flight as one line,
+// "<program>: <what>" on stderr (line breaks folded into "; ", at most ~2 KB: a message that
+// echoes hostile input stays bounded), and returns the exit status 2. Any exception type:
+// zero::Error, std::exception, anything else. Every binary of the project ends its main with
+//   int main(int argc, char** argv) try { ... } catch (...) { return zero::report_exception("x"); }
+int report_exception(std::string_view program) noexcept;
+
 namespace detail {
 // The single throw path (oneTBB funnels its throws the same way): keeps the throw out of line.
 [[noreturn]] void throw_error(ErrorCode code, std::string message, const char* file, int line);
