@@ -9,7 +9,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "zero/error.hpp"
@@ -155,7 +157,13 @@ struct AioQueue::Impl {
       return false;
     }
     uring = true;
-    threads.emplace_back([this] { reap(); });
+    try {
+      start_thread(0, 1, "io_uring reaper", [this] { reap(); });
+    } catch (...) {
+      io_uring_queue_exit(&ring);
+      uring = false;
+      throw;
+    }
     return true;
 #else
     ZERO_LOG(kInfo, "aio: this build has no liburing; using ", o.thread_count,
@@ -197,7 +205,32 @@ struct AioQueue::Impl {
 
   void start_pool() {
     const int n = std::max(o.thread_count, 1);
-    for (int i = 0; i < n; ++i) threads.emplace_back([this] { work(); });
+    try {
+      for (int i = 0; i < n; ++i) start_thread(i, n, "pread/pwrite pool", [this] { work(); });
+    } catch (...) {
+      // The workers already started wait on work_cv: stop and join them, so the constructor's
+      // error leaves no thread behind (a joinable std::thread destroyed would terminate).
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        stop = true;
+      }
+      work_cv.notify_all();
+      for (auto& t : threads) t.join();
+      threads.clear();
+      throw;
+    }
+  }
+
+  // std::thread's constructor throws std::system_error when the kernel refuses a thread (EAGAIN:
+  // RLIMIT_NPROC, threads-max, memory for the stack); that is an error of the queue, naming it.
+  template <typename Fn>
+  void start_thread(int index, int count, const char* what, Fn&& fn) {
+    try {
+      threads.emplace_back(std::forward<Fn>(fn));
+    } catch (const std::system_error& e) {
+      ZERO_THROW(kOutOfMemory, "aio: cannot start thread ", index, " of ", count, " of the ", what,
+                 " (", e.what(), "; errno ", e.code().value(), ")");
+    }
   }
 
   void work() {

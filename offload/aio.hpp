@@ -49,7 +49,9 @@ class AioQueue {
 
   // engine = io_uring: a ring of queue_depth entries, or, where the kernel (or the build) has
   // none, the thread pool with a log line saying why. Throws kInvalidArgument for a zero block
-  // size, depth or thread count, kConfig for an unknown engine.
+  // size, depth or thread count, kConfig for an unknown engine, kOutOfMemory naming the engine
+  // and the thread's index when the kernel refuses a thread (EAGAIN: RLIMIT_NPROC, threads-max);
+  // the threads already started are then joined and the ring closed.
   explicit AioQueue(AioOptions options = {});
   // Waits for every request in flight; errors not yet raised are dropped (logged).
   ~AioQueue();

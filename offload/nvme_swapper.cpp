@@ -1,6 +1,7 @@
 // offload/nvme_swapper.cpp — exclusive swap files and the chunk pipeline over them.
 #include "offload/nvme_swapper.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,12 +10,125 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "zero/error.hpp"
 #include "zero/log.hpp"
 
 namespace zero::offload {
+
+// ---- stale swap files
+
+namespace {
+
+// The owner pid in "zero-<stem>-<pid>-<k>.swap" (stem not empty), or 0 for any other name.
+pid_t swap_file_owner(std::string_view name) {
+  constexpr std::string_view kPrefix = "zero-", kSuffix = ".swap";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || name.substr(0, kPrefix.size()) != kPrefix ||
+      name.substr(name.size() - kSuffix.size()) != kSuffix) {
+    return 0;
+  }
+  const std::string_view core =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  const std::size_t dash_k = core.rfind('-');
+  if (dash_k == std::string_view::npos || dash_k == 0) return 0;
+  const std::size_t dash_pid = core.rfind('-', dash_k - 1);
+  if (dash_pid == std::string_view::npos || dash_pid == 0) return 0;
+  auto number = [](std::string_view d) -> long {
+    if (d.empty() || d.size() > 9) return -1;
+    long v = 0;
+    for (char c : d) {
+      if (c < '0' || c > '9') return -1;
+      v = v * 10 + (c - '0');
+    }
+    return v;
+  };
+  const long pid = number(core.substr(dash_pid + 1, dash_k - dash_pid - 1));
+  if (pid <= 0 || number(core.substr(dash_k + 1)) < 0) return 0;
+  return static_cast<pid_t>(pid);
+}
+
+// When process `pid` started, in seconds since the epoch, or -1 when no such process runs:
+// /proc/<pid>/stat field 22 (clock ticks after boot) plus /proc/stat's btime.
+double process_start_time(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return -1;
+  const std::size_t paren = line.rfind(')');  // the command name may hold spaces and ')'
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(line.substr(paren + 1));
+  std::string field;
+  for (int k = 3; k <= 22 && fields >> field; ++k) {
+    if (k == 3 && field == "Z") return -1;  // a zombie: dead, not yet reaped
+  }
+  std::ifstream proc_stat("/proc/stat");
+  std::string key;
+  double btime = -1;
+  while (proc_stat >> key) {
+    if (key == "btime") {
+      proc_stat >> btime;
+      break;
+    }
+    proc_stat.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (btime < 0 || field.empty()) return -1;
+  return btime + std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The older of the file's birth time (where the file system keeps one) and its mtime.
+double file_time(int dirfd, const char* name) {
+  struct statx sx {};
+  if (::statx(dirfd, name, AT_SYMLINK_NOFOLLOW, STATX_BTIME | STATX_MTIME, &sx) != 0) return -1;
+  double t = static_cast<double>(sx.stx_mtime.tv_sec);
+  if ((sx.stx_mask & STATX_BTIME) != 0) t = std::min(t, static_cast<double>(sx.stx_btime.tv_sec));
+  return t;
+}
+
+}  // namespace
+
+std::vector<StaleSwapFile> clean_stale_swap_files(const std::string& dir) {
+  std::vector<StaleSwapFile> found;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return found;
+  const std::string sep = dir.empty() || dir.back() == '/' ? "" : "/";
+  // btime is whole seconds and the start time is derived from it: a margin against rounding.
+  constexpr double kSlackS = 2.0;
+  while (const dirent* e = ::readdir(d)) {
+    const pid_t owner = swap_file_owner(e->d_name);
+    if (owner == 0) continue;
+    StaleSwapFile f;
+    f.path = dir + sep + e->d_name;
+    f.owner = owner;
+    const double started = process_start_time(owner);
+    const double born = file_time(::dirfd(d), e->d_name);
+    if (started < 0) {
+      f.why = detail::cat("its owner, process ", owner, ", is not running");
+    } else if (born >= 0 && born < started - kSlackS) {
+      f.why =
+          detail::cat("it is older than the process ", owner, " now running (the pid was reused)");
+    } else if (owner == ::getpid()) {
+      continue;  // ours, between its create and its unlink (another rank's swapper)
+    } else {
+      f.why = detail::cat("it belongs to the running process ", owner, "; left in place");
+      found.push_back(std::move(f));
+      continue;
+    }
+    if (::unlinkat(::dirfd(d), e->d_name, 0) == 0) {
+      f.removed = true;
+    } else if (errno == ENOENT) {
+      continue;  // another scanner removed it first
+    } else {
+      f.why += detail::cat("; cannot remove it: ", std::strerror(errno));
+    }
+    found.push_back(std::move(f));
+  }
+  ::closedir(d);
+  return found;
+}
 
 // ---- SwapFile
 
@@ -26,6 +140,10 @@ SwapFile::SwapFile(const std::string& dir, const std::string& stem, const std::s
                e == ENOENT ? " (the directory for swap files must exist)" : "");
   }
   ZERO_CHECK(S_ISDIR(st.st_mode), kIO, origin, " = \"", dir, "\": not a directory");
+  for (const StaleSwapFile& f : clean_stale_swap_files(dir)) {
+    ZERO_LOG(kWarn, f.removed ? "removed stale swap file '" : "swap file '", f.path, "' in ",
+             origin, ": ", f.why);
+  }
   const std::string base = dir + (dir.empty() || dir.back() == '/' ? "" : "/") + "zero-" + stem +
                            "-" + std::to_string(::getpid()) + "-";
   for (int k = 0;; ++k) {
@@ -41,8 +159,18 @@ SwapFile::SwapFile(const std::string& dir, const std::string& stem, const std::s
     ZERO_THROW(kIO, origin, " = \"", dir, "\": cannot create swap file '", p,
                "': ", std::strerror(e));
   }
-  // O_DIRECT set after an exclusive create, so a file system that refuses it (tmpfs) costs no
-  // second create: the file is then used through the page cache.
+  // Unlinked at once: the kernel frees the blocks when the last descriptor closes, however the
+  // process ends (SIGKILL included), and nothing needs the name again. Where a file system
+  // refuses to unlink an open file, the name stays until the destructor.
+  if (::unlink(path_.c_str()) == 0) {
+    unlinked_ = true;
+  } else {
+    ZERO_LOG(kWarn, "swap file '", path_, "' cannot be unlinked while open (", std::strerror(errno),
+             "); it is removed at the end of the run, but not if the process is killed");
+  }
+  label_ = unlinked_ ? detail::cat(path_, " (unlinked; fd ", fd_, ")") : path_;
+  // O_DIRECT set after an exclusive create, so a file system that refuses it costs no second
+  // create: the file is then used through the page cache.
   const int fl = ::fcntl(fd_, F_GETFL);
   direct_ = fl >= 0 && ::fcntl(fd_, F_SETFL, fl | O_DIRECT) == 0;
   if (!direct_) {
@@ -54,14 +182,20 @@ SwapFile::SwapFile(const std::string& dir, const std::string& stem, const std::s
 SwapFile::~SwapFile() { close_and_remove(); }
 
 SwapFile::SwapFile(SwapFile&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)), direct_(o.direct_) {}
+    : fd_(std::exchange(o.fd_, -1)),
+      path_(std::move(o.path_)),
+      label_(std::move(o.label_)),
+      direct_(o.direct_),
+      unlinked_(o.unlinked_) {}
 
 SwapFile& SwapFile::operator=(SwapFile&& o) noexcept {
   if (this != &o) {
     close_and_remove();
     fd_ = std::exchange(o.fd_, -1);
     path_ = std::move(o.path_);
+    label_ = std::move(o.label_);
     direct_ = o.direct_;
+    unlinked_ = o.unlinked_;
   }
   return *this;
 }
@@ -70,7 +204,7 @@ void SwapFile::close_and_remove() noexcept {
   if (fd_ < 0) return;
   ::close(fd_);
   fd_ = -1;
-  if (::unlink(path_.c_str()) != 0) {
+  if (!unlinked_ && ::unlink(path_.c_str()) != 0) {
     ZERO_LOG(kWarn, "swap file '", path_, "' could not be removed: ", std::strerror(errno));
   }
 }
@@ -149,16 +283,16 @@ std::size_t ChunkSwapper::slot_bytes(std::size_t c) const {
 }
 
 void ChunkSwapper::read_slot(std::size_t c, void* buf) {
-  aio_.read(file_.fd(), file_.path(), buf, slot_bytes(c), slot_offset_.at(c));
+  aio_.read(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c));
 }
 
 AioQueue::Ticket ChunkSwapper::submit_read_slot(std::size_t c, void* buf) {
-  return aio_.submit(IoKind::kRead, file_.fd(), file_.path(), buf, slot_bytes(c),
+  return aio_.submit(IoKind::kRead, file_.fd(), file_.label(), buf, slot_bytes(c),
                      slot_offset_.at(c));
 }
 
 void ChunkSwapper::write_slot(std::size_t c, const void* buf) {
-  aio_.write(file_.fd(), file_.path(), buf, slot_bytes(c), slot_offset_.at(c));
+  aio_.write(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c));
 }
 
 std::size_t ChunkSwapper::staging_bytes() const noexcept {
@@ -181,7 +315,7 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
   }
   constexpr AioQueue::Ticket kNone = 0;
   std::vector<AioQueue::Ticket> reading(nb, kNone), writing(nb, kNone);
-  const std::string& path = file_.path();
+  const std::string& path = file_.label();
   auto settle_write = [&](std::size_t set) {
     if (writing[set] != kNone) aio_.wait(std::exchange(writing[set], kNone));
   };

@@ -7,12 +7,20 @@
 // The file's size after the first full write is exactly file_bytes(); those bytes are charged to
 // the tracker's NVMe tier by part category for the swapper's lifetime.
 //
-// Files are created with exclusive names (O_CREAT | O_EXCL), opened O_DIRECT where the file
-// system allows it, and removed when the owner is destroyed. Every I/O error, short transfer or
-// truncated file is a zero::Error naming the file and offset (see aio.hpp).
+// Files are created with exclusive names (O_CREAT | O_EXCL), unlinked right after the open and
+// used through their descriptor only (O_DIRECT where the file system allows it): the kernel
+// frees their blocks when the process ends, however it ends (exit, SIGINT, SIGTERM, SIGKILL),
+// and the library installs no signal handler. While the run lives, `df` counts the bytes and
+// `ls` shows no file; /proc/<pid>/fd (or `lsof +L1`) names them, "(deleted)". At each start the
+// directory is scanned for swap-file names a dead process left behind (a crash between create
+// and unlink, or a version that kept the names): they are removed and named in a warning.
+// Every I/O error, short transfer or truncated file is a zero::Error naming the file and offset
+// (see aio.hpp).
 //
 // Thread safety: a swapper is used by one thread at a time.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <functional>
@@ -24,12 +32,31 @@
 
 namespace zero::offload {
 
-// A file created exclusively under `dir` and removed on destruction. Move-only.
+// A swap-file name left in `dir` by another process, found by clean_stale_swap_files().
+struct StaleSwapFile {
+  std::string path;
+  pid_t owner = 0;       // the pid in its name
+  bool removed = false;  // false: its owner runs (or it could not be removed; `why` says)
+  std::string why;       // e.g. "its owner, process 4242, is not running"
+};
+
+// Scans `dir` for names zero-<stem>-<pid>-<k>.swap and removes those whose owner is gone: no
+// process <pid> runs, or the one that runs started after the file was made (a reused pid, as in
+// containers where the trainer is pid 1 every time). Files of other live processes are reported,
+// not touched; this process's own are skipped. Never throws; an unreadable dir gives nothing.
+// Caveat: on a directory shared between machines (NFS) a remote owner counts as dead here.
+std::vector<StaleSwapFile> clean_stale_swap_files(const std::string& dir);
+
+// A file created exclusively under `dir`, unlinked at once (see above) and closed on
+// destruction. Move-only.
 class SwapFile {
  public:
   SwapFile() = default;
-  // Creates <dir>/zero-<stem>-<pid>-<k>.swap for the first free k. `origin` names what chose
-  // `dir` in errors (e.g. "config key '…nvme_path'"). Throws kIO naming the directory and why.
+  // Runs clean_stale_swap_files(dir) (each finding a warning naming `origin`), then creates
+  // <dir>/zero-<stem>-<pid>-<k>.swap for the first free k and unlinks it. `origin` names what
+  // chose `dir` in errors (e.g. "config key '…nvme_path'"). Throws kIO naming the directory and
+  // why. Where the file system refuses to unlink an open file the name stays until destruction
+  // (a warning says so).
   SwapFile(const std::string& dir, const std::string& stem, const std::string& origin);
   ~SwapFile();
   SwapFile(SwapFile&& other) noexcept;
@@ -38,15 +65,21 @@ class SwapFile {
   SwapFile& operator=(const SwapFile&) = delete;
 
   int fd() const noexcept { return fd_; }
+  // The name it was created with (gone from the directory once unlinked()).
   const std::string& path() const noexcept { return path_; }
-  // O_DIRECT is on (false on file systems that refuse it, e.g. tmpfs: the page cache is used).
+  // What errors call it: "<path> (unlinked; fd <n>)".
+  const std::string& label() const noexcept { return label_; }
+  bool unlinked() const noexcept { return unlinked_; }
+  // O_DIRECT is on (false on file systems that refuse it: the page cache is used).
   bool direct() const noexcept { return direct_; }
 
  private:
   void close_and_remove() noexcept;
   int fd_ = -1;
   std::string path_;
+  std::string label_;
   bool direct_ = false;
+  bool unlinked_ = false;
 };
 
 class ChunkSwapper {

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/mlp_model.hpp"
@@ -70,6 +72,36 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The swap files this process holds open under `dir`: their names (unlinked at open, so only
+// /proc/self/fd still shows them, "(deleted)") and a path that opens them, /proc/self/fd/<n>.
+std::vector<std::pair<std::string, std::string>> open_swap_files(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string deleted = " (deleted)";
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(e.path(), ec).string();
+    if (ec || target.rfind(dir + "/", 0) != 0 || target.size() < deleted.size() ||
+        target.compare(target.size() - deleted.size(), deleted.size(), deleted) != 0) {
+      continue;
+    }
+    out.emplace_back(target.substr(0, target.size() - deleted.size()), e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The one open swap file under `dir` whose name starts with `stem`: /proc/self/fd/<n>.
+std::string open_swap_file(const std::string& dir, const std::string& stem) {
+  std::string found;
+  for (const auto& [name, fd_path] : open_swap_files(dir)) {
+    if (fs::path(name).filename().string().rfind(stem, 0) == 0) {
+      EXPECT_TRUE(found.empty()) << "two open swap files " << stem << "* under " << dir;
+      found = fd_path;
+    }
+  }
+  return found;
+}
 
 std::vector<char> read_file(const std::string& path) {
   std::vector<char> out(fs::file_size(path));
@@ -243,7 +275,11 @@ TEST(ChunkSwapper, PipelinedPassesKeepEveryChunkAndTheFileHoldsTheSlots) {
         });
       }
       // The file, read independently: every slot holds its parts at the documented offsets.
-      const std::string file = sw.file().path();
+      // Unlinked at open: no name in the directory, the data through the descriptor.
+      EXPECT_TRUE(sw.file().unlinked());
+      EXPECT_FALSE(fs::exists(sw.file().path())) << sw.file().path();
+      EXPECT_TRUE(dir.files().empty());
+      const std::string file = "/proc/self/fd/" + std::to_string(sw.file().fd());
       EXPECT_TRUE(sw.file().direct());
       const std::vector<char> disk = read_file(file);
       ASSERT_EQ(disk.size(), expect);
@@ -256,7 +292,9 @@ TEST(ChunkSwapper, PipelinedPassesKeepEveryChunkAndTheFileHoldsTheSlots) {
   }
 }
 
-TEST(ChunkSwapper, FileNamesAreExclusive) {
+// Two swappers of one stem in one directory: two files (two inodes), neither with a name left
+// in the directory, told apart in errors by their descriptors.
+TEST(ChunkSwapper, SwappersOfOneStemAreDistinctUnlinkedFiles) {
   TempDir dir;
   MemoryTracker t;
   offload::ChunkSwapper::Options o;
@@ -265,8 +303,16 @@ TEST(ChunkSwapper, FileNamesAreExclusive) {
   o.origin = "test.dir";
   offload::ChunkSwapper a(t, {10}, {{MemCategory::kOther, 4}}, o);
   offload::ChunkSwapper b(t, {10}, {{MemCategory::kOther, 4}}, o);
-  EXPECT_NE(a.file().path(), b.file().path());
-  EXPECT_EQ(dir.files().size(), 2u);
+  struct stat sa {
+  }, sb{};
+  ASSERT_EQ(::fstat(a.file().fd(), &sa), 0);
+  ASSERT_EQ(::fstat(b.file().fd(), &sb), 0);
+  EXPECT_NE(sa.st_ino, sb.st_ino);
+  EXPECT_EQ(sa.st_nlink, 0u);
+  EXPECT_EQ(sb.st_nlink, 0u);
+  EXPECT_NE(a.file().label(), b.file().label());
+  EXPECT_TRUE(dir.files().empty());
+  EXPECT_EQ(open_swap_files(dir.path()).size(), 2u);
 }
 
 // ---- the engine with NVMe offload
@@ -387,12 +433,9 @@ TEST(NvmeOffload, FilesHoldExactlyTheExpectedBytes) {
           e->step();
         }
       }
-      // This rank's file (names carry the rank).
-      const std::string stem = "zero-optim-r" + std::to_string(comm.rank()) + "-";
-      std::string file;
-      for (const auto& f : dir.files()) {
-        if (fs::path(f).filename().string().rfind(stem, 0) == 0) file = f;
-      }
+      // This rank's file (names carry the rank), through its descriptor.
+      const std::string file =
+          open_swap_file(dir.path(), "zero-optim-r" + std::to_string(comm.rank()) + "-");
       ASSERT_FALSE(file.empty());
       const std::vector<char> disk = read_file(file);
       std::size_t expect = 0, off = 0;
@@ -522,7 +565,8 @@ TEST(NvmeOffloadDeathTest, FileSizeLimitHitMidWriteIsAnErrorNamingFileAndOffset)
       train(s);
     };
     EXPECT_CHILD_ERROR(run,
-                       "write of [0-9]+ bytes at offset [0-9]+ of '.*zero-optim-r0-.*\\.swap'"
+                       "write of [0-9]+ bytes at offset [0-9]+ of '.*zero-optim-r0-.*\\.swap "
+                       "\\(unlinked; fd [0-9]+\\)'"
                        ".*File too large");
   }
 }
@@ -538,10 +582,11 @@ TEST(NvmeOffload, TruncatedStateFileIsAnErrorNamingFileAndOffset) {
     mlp.init(e, 1);
     mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, 0, 0, 0));
     e.step();
-    const std::vector<std::string> files = dir.files();
+    EXPECT_TRUE(dir.files().empty());
+    const auto files = open_swap_files(dir.path());
     ASSERT_EQ(files.size(), 1u);
-    const auto size = fs::file_size(files[0]);
-    fs::resize_file(files[0], size / 2);
+    const auto size = fs::file_size(files[0].second);
+    fs::resize_file(files[0].second, size / 2);  // truncate(2) through /proc/self/fd/<n>
     mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, 1, 0, 0));
     try {
       e.step();
@@ -549,7 +594,7 @@ TEST(NvmeOffload, TruncatedStateFileIsAnErrorNamingFileAndOffset) {
     } catch (const Error& err) {
       EXPECT_EQ(err.code(), ErrorCode::kCorruption);
       const std::string msg = err.what();
-      EXPECT_NE(msg.find(files[0]), std::string::npos) << msg;
+      EXPECT_NE(msg.find(files[0].first + " (unlinked; fd "), std::string::npos) << msg;
       EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
       EXPECT_NE(msg.find("offset"), std::string::npos) << msg;
     }
@@ -734,11 +779,8 @@ TEST(ParamOffload, NvmeParameterShardsGiveBitwiseTheSameParametersAndTheFileHold
         expect_slots.push_back(std::move(slot));
       }
       EXPECT_EQ(t.current(MemCategory::kParams16, MemTier::kNvme), expect_bytes);
-      std::string file;
-      const std::string stem = "zero-param-r" + std::to_string(comm.rank()) + "-";
-      for (const auto& f : dir.files()) {
-        if (fs::path(f).filename().string().rfind(stem, 0) == 0) file = f;
-      }
+      const std::string file =
+          open_swap_file(dir.path(), "zero-param-r" + std::to_string(comm.rank()) + "-");
       ASSERT_FALSE(file.empty());
       const std::vector<char> disk = read_file(file);
       ASSERT_EQ(disk.size(), expect_bytes);
