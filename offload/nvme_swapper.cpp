@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -169,6 +170,14 @@ SwapFile::SwapFile(const std::string& dir, const std::string& stem, const std::s
              "); it is removed at the end of the run, but not if the process is killed");
   }
   label_ = unlinked_ ? detail::cat(path_, " (unlinked; fd ", fd_, ")") : path_;
+  // File systems that store every written block (no zero-block elision, which ZFS does under
+  // compression): there, a hole in a written range means the data is gone.
+  struct statfs fs {};
+  if (::fstatfs(fd_, &fs) == 0) {
+    constexpr long kExt4 = 0xEF53, kXfs = 0x58465342, kBtrfs = 0x9123683E, kTmpfs = 0x01021994;
+    const auto type = static_cast<long>(fs.f_type);
+    holes_are_lost_data_ = type == kExt4 || type == kXfs || type == kBtrfs || type == kTmpfs;
+  }
   // O_DIRECT set after an exclusive create, so a file system that refuses it costs no second
   // create: the file is then used through the page cache.
   const int fl = ::fcntl(fd_, F_GETFL);
@@ -186,7 +195,8 @@ SwapFile::SwapFile(SwapFile&& o) noexcept
       path_(std::move(o.path_)),
       label_(std::move(o.label_)),
       direct_(o.direct_),
-      unlinked_(o.unlinked_) {}
+      unlinked_(o.unlinked_),
+      holes_are_lost_data_(o.holes_are_lost_data_) {}
 
 SwapFile& SwapFile::operator=(SwapFile&& o) noexcept {
   if (this != &o) {
@@ -196,6 +206,7 @@ SwapFile& SwapFile::operator=(SwapFile&& o) noexcept {
     label_ = std::move(o.label_);
     direct_ = o.direct_;
     unlinked_ = o.unlinked_;
+    holes_are_lost_data_ = o.holes_are_lost_data_;
   }
   return *this;
 }
@@ -233,6 +244,7 @@ ChunkSwapper::ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chun
     auto p = reinterpret_cast<std::uintptr_t>(staging_.back().data());
     aligned_.push_back(reinterpret_cast<char*>(align_up(p)));
   }
+  written_.assign(elems_.size(), false);
   file_ = SwapFile(o_.dir, o_.stem, o_.origin);
   for (std::size_t k = 0; k < parts_.size(); ++k) {
     tracker_->charge(parts_[k].category, MemTier::kNvme, charged_[k]);
@@ -282,17 +294,41 @@ std::size_t ChunkSwapper::slot_bytes(std::size_t c) const {
   return (c + 1 < elems_.size() ? slot_offset_.at(c + 1) : file_bytes_) - slot_offset_.at(c);
 }
 
+void ChunkSwapper::check_no_hole(std::size_t first, std::size_t last) const {
+  if (first >= last || !file_.holes_are_lost_data()) return;
+  for (std::size_t c = first; c < last; ++c) {
+    if (!written_[c]) return;
+  }
+  const std::size_t begin = slot_offset_[first];
+  const std::size_t end = slot_offset_[last - 1] + slot_bytes(last - 1);
+  // SEEK_HOLE: the first hole at or after `begin` (the end of the file where there is none; a
+  // file system without hole tracking reports the end of the file). A short file is left to the
+  // read, which stops at its end and says so.
+  const off_t hole = ::lseek(file_.fd(), static_cast<off_t>(begin), SEEK_HOLE);
+  struct stat st {};
+  if (hole < 0 || ::fstat(file_.fd(), &st) != 0) return;
+  const auto at = static_cast<std::size_t>(hole);
+  if (at < end && at < static_cast<std::size_t>(st.st_size)) {
+    ZERO_THROW(kCorruption, "NVMe swap: read of ", end - begin, " bytes at offset ", begin, " of '",
+               file_.label(), "': the file has a hole at offset ", at,
+               " (the data written there is gone: truncated, then written past its end?)");
+  }
+}
+
 void ChunkSwapper::read_slot(std::size_t c, void* buf) {
+  check_no_hole(c, c + 1);
   aio_.read(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c));
 }
 
 AioQueue::Ticket ChunkSwapper::submit_read_slot(std::size_t c, void* buf) {
+  check_no_hole(c, c + 1);
   return aio_.submit(IoKind::kRead, file_.fd(), file_.label(), buf, slot_bytes(c),
                      slot_offset_.at(c));
 }
 
 void ChunkSwapper::write_slot(std::size_t c, const void* buf) {
   aio_.write(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c));
+  mark_written(c);
 }
 
 std::size_t ChunkSwapper::staging_bytes() const noexcept {
@@ -320,6 +356,7 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
     if (writing[set] != kNone) aio_.wait(std::exchange(writing[set], kNone));
   };
   std::size_t next_read = first;
+  if (read) check_no_hole(first, last);
   try {
     for (std::size_t c = first; c < last; ++c) {
       const std::size_t set = c % nb;
@@ -346,6 +383,7 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
       if (write) {
         writing[set] = aio_.submit(IoKind::kWrite, file_.fd(), path, aligned_[set], slot_bytes(c),
                                    slot_offset_[c]);
+        mark_written(c);
         if (!o_.pipeline_write) settle_write(set);
       }
     }

@@ -72,6 +72,9 @@ class SwapFile {
   bool unlinked() const noexcept { return unlinked_; }
   // O_DIRECT is on (false on file systems that refuse it: the page cache is used).
   bool direct() const noexcept { return direct_; }
+  // The file system keeps every block written (ext4, xfs, btrfs, tmpfs): a hole where data was
+  // written means the data was lost. False elsewhere (ZFS stores zero blocks as holes).
+  bool holes_are_lost_data() const noexcept { return holes_are_lost_data_; }
 
  private:
   void close_and_remove() noexcept;
@@ -80,6 +83,7 @@ class SwapFile {
   std::string label_;
   bool direct_ = false;
   bool unlinked_ = false;
+  bool holes_are_lost_data_ = false;
 };
 
 class ChunkSwapper {
@@ -154,6 +158,13 @@ class ChunkSwapper {
            const std::function<void(const Staged&)>& fn);
 
  private:
+  // A read of chunks [first, last) whose slots have all been written finds no hole in them: a
+  // file truncated and then written past its new end (by a later slot's write) would read back
+  // zeros where the data was, with no short read to tell. kCorruption naming the read and the
+  // hole's offset. REQUIRES: no write in flight over the range.
+  void check_no_hole(std::size_t first, std::size_t last) const;
+  void mark_written(std::size_t c) { written_[c] = true; }
+
   std::vector<std::size_t> elems_;
   std::vector<Part> parts_;
   std::vector<std::size_t> slot_offset_;
@@ -163,6 +174,7 @@ class ChunkSwapper {
   std::vector<std::size_t> charged_;  // per part
   std::vector<Buffer> staging_;
   std::vector<char*> aligned_;
+  std::vector<bool> written_;  // per chunk: its slot has been written (so holds no hole)
   SwapFile file_;
   AioQueue aio_;
 };

@@ -387,31 +387,48 @@ TEST(NvmeFault, DirectoryRemovedBeforeTheStartIsAnErrorNamingThePath) {
 // With unlinked files "the file removed" cannot happen to a name; what a user (or a failing
 // disk) can still do is take the data: the swap file truncated through /proc/<pid>/fd/<n>
 // between two steps. The next step's read stops at the end of the file: an error naming the
-// read, the file, the offset and the bytes (corruption), never zeros trained on.
+// read, the file, the offset and the bytes (corruption), never zeros trained on. Truncated and
+// then written past the end again (the size back, a hole where the data was): the read finds
+// the hole before it reads zeros from it.
 TEST(NvmeFault, DataLostMidRunIsAReadErrorNotZeros) {
-  for (const char* engine : {"io_uring", "threads"}) {
-    ScratchDir dir(nullptr);
-    Child child({"--dir", dir.path(), "--steps", "6", "--pause-after", "2", "--aio", engine});
-    ASSERT_EQ(child.wait_line("paused"), "paused") << child.err();
-    const auto files = child.open_swap_files(dir.path());
-    ASSERT_EQ(files.size(), 1u);
-    const std::size_t size = fs::file_size(files[0].second);
-    ASSERT_GT(size, 8192u);
-    ASSERT_EQ(::truncate(files[0].second.c_str(), static_cast<off_t>(size / 2)), 0);
-    const auto t0 = Clock::now();
-    child.say("go");
-    const int status = child.wait_exit();
-    const double exit_ms = ms_since(t0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status_text(status);
-    const std::regex expect(
-        "corruption: NVMe swap: read of [0-9]+ bytes at offset [0-9]+ of '" + dir.path() +
-        "/zero-optim-r0-" + std::to_string(child.pid()) +
-        "-0\\.swap \\(unlinked; fd [0-9]+\\)' stopped at offset [0-9]+: end of file");
-    EXPECT_TRUE(std::regex_search(child.err(), expect)) << child.err();
-    EXPECT_EQ(child.out().find("step 3"), std::string::npos) << "a step trained on lost data";
-    EXPECT_TRUE(dir.names().empty());
-    std::printf("[ data lost, %s ] %zu -> %zu bytes; %s %.1f ms after the resume: %s", engine, size,
-                size / 2, status_text(status).c_str(), exit_ms, child.err().c_str());
+  for (const bool written_past : {false, true}) {
+    for (const char* engine : {"io_uring", "threads"}) {
+      ScratchDir dir(nullptr);
+      Child child({"--dir", dir.path(), "--steps", "6", "--pause-after", "2", "--aio", engine});
+      ASSERT_EQ(child.wait_line("paused"), "paused") << child.err();
+      const auto files = child.open_swap_files(dir.path());
+      ASSERT_EQ(files.size(), 1u);
+      const std::size_t size = fs::file_size(files[0].second);
+      ASSERT_GT(size, 8192u);
+      ASSERT_EQ(::truncate(files[0].second.c_str(), static_cast<off_t>(size / 2)), 0);
+      if (written_past) {
+        const int fd = ::open(files[0].second.c_str(), O_WRONLY);
+        ASSERT_GE(fd, 0);
+        const std::string page(4096, 'z');
+        EXPECT_EQ(::pwrite(fd, page.data(), page.size(), static_cast<off_t>(size - page.size())),
+                  static_cast<ssize_t>(page.size()));
+        ::close(fd);
+        EXPECT_EQ(fs::file_size(files[0].second), size);
+      }
+      const auto t0 = Clock::now();
+      child.say("go");
+      const int status = child.wait_exit();
+      const double exit_ms = ms_since(t0);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status_text(status);
+      const std::string file =
+          dir.path() + "/zero-optim-r0-" + std::to_string(child.pid()) + "-0\\.swap";
+      const std::regex expect("corruption: NVMe swap: read of [0-9]+ bytes at offset [0-9]+ of '" +
+                              file + " \\(unlinked; fd [0-9]+\\)'" +
+                              (written_past
+                                   ? ": the file has a hole at offset " + std::to_string(size / 2)
+                                   : std::string(" stopped at offset [0-9]+: end of file")));
+      EXPECT_TRUE(std::regex_search(child.err(), expect)) << child.err();
+      EXPECT_EQ(child.out().find("step 3"), std::string::npos) << "a step trained on lost data";
+      EXPECT_TRUE(dir.names().empty());
+      std::printf("[ data lost%s, %s ] %zu -> %zu bytes; %s %.1f ms after the resume: %s",
+                  written_past ? " and written past" : "", engine, size, size / 2,
+                  status_text(status).c_str(), exit_ms, child.err().c_str());
+    }
   }
 }
 
