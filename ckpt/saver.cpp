@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -324,13 +325,19 @@ SaveInfo Saver::save(std::string_view trainer_state) {
       return j->snapshot[static_cast<std::size_t>(u)];
     };
     s.job = std::move(job);
-    s.worker = std::thread([&s, j] {
-      try {
-        j->run();
-      } catch (...) {
-        s.error = std::current_exception();
-      }
-    });
+    try {
+      s.worker = std::thread([&s, j] {
+        try {
+          j->run();
+        } catch (...) {
+          s.error = std::current_exception();
+        }
+      });
+    } catch (const std::system_error& err) {  // the kernel refused a thread
+      s.job.reset();
+      ZERO_THROW(kOutOfMemory, "checkpoint save to '", s.options.dir,
+                 "': cannot start the asynchronous writer thread (", err.what(), ")");
+    }
     info.snapshot_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return info;
   }
