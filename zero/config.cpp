@@ -3,9 +3,11 @@
 // zero/config_builder.cpp's.
 #include "zero/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -35,9 +37,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
+// A value as a message quotes it: JSON, truncated (the document is depth-bounded, so dump()
+// cannot recurse far; `replace` keeps it from throwing on a string that is not UTF-8).
 std::string show(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+  return detail::printable(v.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 class Reader {
@@ -106,13 +109,13 @@ class Reader {
       std::int64_t x = 0;
       if (v->is_number_float()) {
         const double d = v->get<double>();
-        if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e18) {
-          fail(key, *v, "must be an integer");
-        }
+        if (!std::isfinite(d) || d != std::floor(d)) fail(key, *v, "must be an integer");
+        // 2^63 is the first double past INT64_MAX; a JSON integer past 2^64 arrives as a double.
+        if (std::fabs(d) >= 9.2233720368547758e18) fail(key, *v, range(lo, hi));
         x = static_cast<std::int64_t>(d);
       } else if (v->is_number_unsigned() &&
                  v->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
-        fail(key, *v, "is too large");
+        fail(key, *v, range(lo, hi));
       } else {
         x = v->get<std::int64_t>();
       }
@@ -129,7 +132,7 @@ class Reader {
         os << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
         fail(key, *v, os.str());
       }
-      out = x;
+      out = x == 0.0 ? 0.0 : x;  // -0 reads as 0
     }
   }
 
@@ -147,16 +150,23 @@ class Reader {
     if (obj_ == nullptr) return;
     for (auto it = obj_->begin(); it != obj_->end(); ++it) {
       if (known_.count(it.key()) != 0) continue;
+      // The distance is at least the difference in length: only keys within 3 bytes of a known
+      // one are compared, so a hostile key costs O(its length), not O(length x known keys).
       std::string best;
       std::size_t best_d = 4;
+      const std::string& unknown = it.key();
       for (const std::string& k : known_) {
-        const std::size_t d = edit_distance(it.key(), k);
+        const std::size_t gap =
+            unknown.size() > k.size() ? unknown.size() - k.size() : k.size() - unknown.size();
+        if (gap >= best_d) continue;
+        const std::size_t d = edit_distance(unknown, k);
         if (d < best_d) {
           best_d = d;
           best = k;
         }
       }
-      ZERO_THROW(kConfig, "config key '", key_path(it.key()), "' is not known",
+      ZERO_THROW(kConfig, "config key '", detail::printable(key_path(unknown), 160),
+                 "' is not known",
                  best.empty() ? std::string() : " (did you mean '" + key_path(best) + "'?)");
     }
   }
@@ -180,6 +190,9 @@ class Reader {
 
 constexpr std::int64_t kMax = INT64_MAX;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Below 0.1 s a collective on a loaded machine times out in a healthy run (the smallest the
+// tests configure is 0.25 s). Documented at Config::comm_timeout_s.
+constexpr double kMinCommTimeoutS = 0.1;
 
 }  // namespace
 
@@ -277,6 +290,12 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
   r.get("type", o.type, {"Adam", "AdamW", "SGD", "Lion", "Adagrad"});
   Reader p = r.sub("params");
   p.get_num("lr", o.lr, 0.0, kInf);
+  if (o.lr > 1.0) {
+    // No optimizer here trains at such a rate: the first updates overflow, and every step after
+    // is skipped for non-finite gradients (zero-train then exits non-zero).
+    ZERO_LOG(kWarn, "config key 'optimizer.params.lr' = ", o.lr,
+             " is above 1: the updates will likely overflow and every step be skipped");
+  }
   const bool adam = o.type == "Adam" || o.type == "AdamW";
   if (o.type == "AdamW") o.adam_w_mode = true;
   if (adam || o.type == "Lion") {
@@ -428,6 +447,8 @@ Config read_config(const json& doc) {
   r.get_int("train_batch_size", c.train_batch_size, 1, kMax);
   r.get_int("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, 1, kMax);
   r.get_int("gradient_accumulation_steps", c.gradient_accumulation_steps, 1, kMax);
+  c.micro_batch_given = r.has("train_micro_batch_size_per_gpu");
+  c.accumulation_given = r.has("gradient_accumulation_steps");
   r.get_num("gradient_clipping", c.gradient_clipping, 0.0, kInf);
   read_zero(r.sub("zero_optimization"), c.zero_optimization);
   read_optimizer(r.sub("optimizer"), c.optimizer);
@@ -446,7 +467,7 @@ Config read_config(const json& doc) {
   }
   read_checkpointing(r.sub("activation_checkpointing"), c.activation_checkpointing);
   read_aio(r.sub("aio"), c.aio);
-  r.get_num("comm_timeout_s", c.comm_timeout_s, 0.0, 1e7, true);
+  r.get_num("comm_timeout_s", c.comm_timeout_s, kMinCommTimeoutS, 1e7);
   r.get("comm_backend", c.comm_backend, {"auto", "thread", "mpi", "nccl"});
   r.get("communication_data_type", c.communication_data_type, {"fp32", "fp16", "bf16"});
   for (const char* k :
@@ -467,21 +488,131 @@ Config read_config(const json& doc) {
   return c;
 }
 
+// ---- messages and UTF-8
+
+std::string printable(std::string_view s, std::size_t max) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(std::min(s.size(), max) + 24);
+  std::size_t i = 0;
+  for (; i < s.size() && out.size() < max; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (i < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+std::optional<std::size_t> utf8_error(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // RFC 3629, table 3-7 of the Unicode standard: the lead byte fixes the length and the
+    // range of the second byte (which excludes overlong forms, surrogates, > U+10FFFF).
+    std::size_t len = 0;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else {
+      return i;
+    }
+    if (i + len > n || b[i + 1] < lo || b[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < len; ++k) {
+      if (b[i + k] < 0x80 || b[i + k] > 0xbf) return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
 }  // namespace detail
 
 // ---- Config
 
-void Config::validate_for_world_size(int world_size) const {
-  ZERO_CHECK(world_size >= 1, kInvalidArgument, "world size must be >= 1, got ", world_size);
-  if (train_batch_size != 0) {
-    const std::int64_t want =
-        train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size;
-    ZERO_CHECK(train_batch_size == want, kConfig,
-               "config key 'train_batch_size' = ", train_batch_size,
-               ": must equal train_micro_batch_size_per_gpu (", train_micro_batch_size_per_gpu,
-               ") x gradient_accumulation_steps (", gradient_accumulation_steps, ") x world size (",
-               world_size, ") = ", want);
-  }
+namespace {
+
+// a * b, or nullopt when it overflows int64.
+std::optional<std::int64_t> times(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
 }
+
+// "train_micro_batch_size_per_gpu (4) x gradient_accumulation_steps (derived) x world size (2)":
+// the three numbers and the world size, the derived one named so.
+std::string batch_terms(const Config& c, int world_size, int derived) {
+  auto term = [&](const char* key, std::int64_t v, bool d) {
+    return std::string(key) + " (" + (d ? std::string("derived") : std::to_string(v)) + ")";
+  };
+  return term("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, derived == 0) +
+         " x " + term("gradient_accumulation_steps", c.gradient_accumulation_steps, derived == 1) +
+         " x world size (" + std::to_string(world_size) + ")";
+}
+
+}  // namespace
+
+// DeepSpeed's DeepSpeedConfig._set_batch_related_parameters, then _batch_assertion.
+Config Config::resolve_batch(int world_size) const {
+  ZERO_CHECK(world_size >= 1, kInvalidArgument, "world size must be >= 1, got ", world_size);
+  Config c = *this;
+  const bool micro_given = micro_batch_given || train_micro_batch_size_per_gpu != 1;
+  const bool accum_given = accumulation_given || gradient_accumulation_steps != 1;
+  ZERO_CHECK(c.train_micro_batch_size_per_gpu >= 1 && c.gradient_accumulation_steps >= 1, kConfig,
+             "config keys 'train_micro_batch_size_per_gpu' (", c.train_micro_batch_size_per_gpu,
+             ") and 'gradient_accumulation_steps' (", c.gradient_accumulation_steps,
+             ") must be >= 1");
+  if (c.train_batch_size == 0) return c;  // not set: micro x accumulation x ranks, not pinned
+  ZERO_CHECK(c.train_batch_size >= 1, kConfig,
+             "config key 'train_batch_size' = ", c.train_batch_size, ": must be >= 1");
+  const std::int64_t t = c.train_batch_size;
+  if (!micro_given || !accum_given) {
+    // The one not given (both: accumulation 1) is derived, and must come out whole.
+    const std::int64_t other = micro_given   ? c.train_micro_batch_size_per_gpu
+                               : accum_given ? c.gradient_accumulation_steps
+                                             : 1;
+    const std::optional<std::int64_t> per = times(other, world_size);
+    if (!per || t % *per != 0) {
+      ZERO_THROW(kConfig, "config key 'train_batch_size' = ", t, " cannot be ",
+                 batch_terms(c, world_size, micro_given ? 1 : 0), ": ", t, " is not a multiple of ",
+                 per ? std::to_string(*per) : "an int64", " (DeepSpeed derives the key not given)");
+    }
+    if (micro_given) {
+      c.gradient_accumulation_steps = t / *per;
+    } else {
+      c.train_micro_batch_size_per_gpu = t / *per;
+      c.gradient_accumulation_steps = other;
+    }
+  }
+  c.micro_batch_given = c.accumulation_given = true;
+  const std::optional<std::int64_t> want =
+      times(c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps);
+  const std::optional<std::int64_t> all = want ? times(*want, world_size) : std::nullopt;
+  if (!all || *all != t) {
+    ZERO_THROW(kConfig, "config key 'train_batch_size' = ", t, " must equal ",
+               batch_terms(c, world_size, -1), " = ", all ? std::to_string(*all) : "(overflows)");
+  }
+  return c;
+}
+
+void Config::validate_for_world_size(int world_size) const { (void)resolve_batch(world_size); }
 
 }  // namespace zero

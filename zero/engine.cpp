@@ -52,9 +52,11 @@ View GatherGuard::param(int i) const {
 
 // ---- Engine
 
+// The batch keys are checked (and the missing one derived, as DeepSpeed does) against the world
+// size here, where it is first known; the engine keeps the resolved config.
 Engine::Engine(Communicator& comm, const Config& config, EngineOptions options)
-    : impl_(std::make_unique<Impl>(comm, config, std::move(options), detail::Ownership::kManaged)) {
-}
+    : impl_(std::make_unique<Impl>(comm, config.resolve_batch(comm.size()), std::move(options),
+                                   detail::Ownership::kManaged)) {}
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 // The rooms wait for their collectives in flight as they are destroyed.
 Engine::~Engine() = default;
@@ -305,8 +307,8 @@ std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config,
              "own the parameters to shard them)");
   ZERO_CHECK(params != nullptr && grads != nullptr && numel > 0, kInvalidArgument,
              "attach: null buffer or zero parameters");
-  auto impl =
-      std::make_unique<Impl>(comm, config, std::move(options), detail::Ownership::kAttached);
+  auto impl = std::make_unique<Impl>(comm, config.resolve_batch(comm.size()), std::move(options),
+                                     detail::Ownership::kAttached);
   ZERO_CHECK(dtype == impl->w, kConfig, "attach: the trainer's buffers are ", to_string(dtype),
              " but the config trains in ", to_string(impl->w),
              " (keys 'bf16.enabled' / 'fp16.enabled')");

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,7 +48,9 @@ constexpr const char* kUsage = R"(usage: zero-train [flags]
   --ranks N               in-process ranks (default 2); under mpirun/srun/torchrun the processes
   --config FILE           DeepSpeed-style JSON config;  --set key.path=value  one key (repeatable)
   --layers L --dim D --heads H --seq T    the GPT model (default 4, 128, 4, 64)
-  --batch B               sequences per rank per micro-step (default 8)
+  --batch B               sequences per rank per micro-step (default: the config's
+                          train_micro_batch_size_per_gpu, derived from train_batch_size as
+                          DeepSpeed does, else 8); with that key set too, the two must agree
   --steps K               optimizer steps (default 200)
   --dtype f32|bf16|f16    working dtype (default: the config's, else f32)
   --grad-accum A          micro-steps per step
@@ -77,7 +80,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int ranks = 2;
   gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 4, .dim = 128, .heads = 4};
-  int batch = 8;
+  int batch = 8;             // --batch, else train_micro_batch_size_per_gpu (make_config)
+  bool batch_given = false;  // --batch on the command line
   int steps = 200;
   std::string dtype;   // empty: from the config (bf16.enabled / fp16.enabled), else f32
   int grad_accum = 0;  // 0: from the config
@@ -111,6 +115,7 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     ranks_given = ranks_given || a == "--ranks";
+    o.batch_given = o.batch_given || a == "--batch";
     if (gpt::common_flag(a, value, o)) {
       continue;
     } else if (a == "--device") {
@@ -120,10 +125,11 @@ Options parse(int argc, char** argv) {
     } else if (a == "--grad-accum") {
       o.grad_accum = gpt::flag_int(a, value());
     } else if (a == "--lr") {
-      try {
-        o.lr = std::stod(value());
-      } catch (...) {
-        bad("--lr expects a number");
+      const std::string text = value();
+      char* end = nullptr;
+      o.lr = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(o.lr) || o.lr <= 0) {
+        bad("--lr expects a finite number > 0, got '" + text.substr(0, 40) + "'");
       }
     } else if (a == "--checkpoint-activations") {
       // Optional policy argument: none | every:K | sqrt | list:...; bare flag = sqrt.
@@ -213,8 +219,27 @@ Config make_config(const Options& o) {
   if (o.grad_accum > 0) {
     b.set("gradient_accumulation_steps=" + std::to_string(o.grad_accum), "--grad-accum");
   }
-  if (o.lr > 0) b.set("optimizer.params.lr=" + std::to_string(o.lr), "--lr");
-  return b.build();
+  if (o.lr > 0) {
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%.17g", o.lr);  // std::to_string's %f makes 1e-7 zero
+    b.set(std::string("optimizer.params.lr=") + lr, "--lr");
+  }
+  Config cfg = b.build();
+  // The micro batch: --batch, or the config's train_micro_batch_size_per_gpu; both given, they
+  // must agree. Neither: derived from train_batch_size at engine start if that is set (DeepSpeed's
+  // rule), else zero-train's default.
+  if (o.batch_given) {
+    if (cfg.micro_batch_given && cfg.train_micro_batch_size_per_gpu != o.batch) {
+      ZERO_THROW(kConfig, "--batch ", o.batch,
+                 " and config key 'train_micro_batch_size_per_gpu' = ",
+                 cfg.train_micro_batch_size_per_gpu, " disagree: give one of them");
+    }
+    cfg.train_micro_batch_size_per_gpu = o.batch;
+    cfg.micro_batch_given = true;
+  } else if (!cfg.micro_batch_given && cfg.train_batch_size == 0) {
+    cfg.train_micro_batch_size_per_gpu = o.batch;
+  }
+  return cfg;
 }
 
 // Where a rank computes: the CPU (GptModel, any communicator), or one GPU (GptCudaModel; the
@@ -269,6 +294,16 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
   eo.device = where.device;
   eo.cuda_stream = where.stream;
   Engine e(comm, cfg, eo);
+  // The engine resolved the batch keys for this world size (derived the one not given, checked
+  // train_batch_size): the micro batch and the accumulation are its.
+  const Config& run_cfg = e.config();
+  ZERO_CHECK(run_cfg.train_micro_batch_size_per_gpu <= (1 << 20), kConfig,
+             "train_micro_batch_size_per_gpu = ", run_cfg.train_micro_batch_size_per_gpu,
+             ": zero-train takes at most 2^20 sequences per micro-step");
+  ZERO_CHECK(run_cfg.gradient_accumulation_steps <= (1 << 20), kConfig,
+             "gradient_accumulation_steps = ", run_cfg.gradient_accumulation_steps,
+             ": zero-train takes at most 2^20 micro-steps per step");
+  const int batch = static_cast<int>(run_cfg.train_micro_batch_size_per_gpu);
   const Buffer loss_scratch = where.device.is_cuda() ? Buffer::device(tracker, MemCategory::kOther,
                                                                       sizeof(float), where.device)
                                                      : Buffer();
@@ -286,8 +321,8 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
         "checkpointing %s; unigram entropy of the corpus %.3f nats\n",
         g.num_params(), g.layers, g.dim, g.heads, g.seq, g.vocab, e.stage(), comm.size(),
         std::string(comm.backend()).c_str(), where.device.to_string().c_str(),
-        std::string(to_string(e.param_dtype())).c_str(), o.batch, g.seq,
-        static_cast<long long>(cfg.gradient_accumulation_steps), o.checkpoint.c_str(),
+        std::string(to_string(e.param_dtype())).c_str(), batch, g.seq,
+        static_cast<long long>(run_cfg.gradient_accumulation_steps), o.checkpoint.c_str(),
         corpus.unigram_entropy());
     // The fp32 master and Adam moments of this rank's shards, wherever they are.
     const std::size_t opt =
@@ -328,23 +363,36 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     saver = std::make_unique<ckpt::Saver>(
         e, ckpt::SaveOptions{.dir = o.save_dir, .keep = o.keep, .async = o.save_async});
   }
-  const auto accum = static_cast<int>(cfg.gradient_accumulation_steps);
+  const auto accum = static_cast<int>(run_cfg.gradient_accumulation_steps);
+  // Skipped steps (non-finite gradients: fp16 overflow, or a learning rate that diverged): a
+  // warning after kSkipWarn in a row, an error when every step of the run was skipped.
+  constexpr int kSkipWarn = 10;
+  int skipped_in_a_row = 0, ran = 0;
   for (int step = first; step < o.steps; ++step) {
     const auto t0 = Clock::now();
     double loss = 0;
     StepResult r;
     for (int m = 0; m < accum; ++m) {
       const gpt::TokenBatch b =
-          corpus.batch(gpt::Split::kTrain, o.batch, g.seq, comm.rank(),
+          corpus.batch(gpt::Split::kTrain, batch, g.seq, comm.rank(),
                        static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(m), o.seed);
       loss += model.forward_backward(e, b) / accum;
       r = e.step();
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    ++ran;
+    skipped_in_a_row = r.applied ? 0 : skipped_in_a_row + 1;
+    if (printer && skipped_in_a_row == kSkipWarn) {
+      std::lock_guard<std::mutex> lock(print);
+      std::fprintf(stderr,
+                   "zero-train: warning: %d steps in a row skipped for non-finite gradients "
+                   "(step %d, lr %.3g, loss scale %g): check optimizer.params.lr and fp16\n",
+                   kSkipWarn, step + 1, r.lr, r.loss_scale);
+    }
     // The mean loss over ranks (every rank prints the same number).
     const float l = mean_over_ranks(comm, static_cast<float>(loss), where, loss_scratch);
     if (printer) {
-      const double tokens = static_cast<double>(o.batch) * g.seq * accum * comm.size();
+      const double tokens = static_cast<double>(batch) * g.seq * accum * comm.size();
       std::lock_guard<std::mutex> lock(print);
       std::printf(
           "step %5d | loss %.4f | %8.0f tok/s | lr %.3e | grad norm %8.4f | scale %g%s | "
@@ -367,8 +415,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
       }
     }
     if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
-      const gpt::TokenBatch vb =
-          corpus.batch(gpt::Split::kVal, o.batch, g.seq, comm.rank(), 0, 0, 7);
+      const gpt::TokenBatch vb = corpus.batch(gpt::Split::kVal, batch, g.seq, comm.rank(), 0, 0, 7);
       const float vl =
           mean_over_ranks(comm, static_cast<float>(model.forward_loss(e, vb)), where, loss_scratch);
       if (printer) {
@@ -378,6 +425,15 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     }
   }
   if (saver) saver->wait();
+  // A skipped step leaves the parameters as they were: once every step skips (parameters or
+  // gradients gone non-finite: a learning rate that diverged), none will train again. A run
+  // that ends in kSkipWarn or more skipped steps, or skipped all of them, did not train.
+  if (ran > 0 && (skipped_in_a_row == ran || skipped_in_a_row >= kSkipWarn)) {
+    ZERO_THROW(kConfig, "every step was skipped from step ", o.steps - skipped_in_a_row + 1,
+               " on (", skipped_in_a_row, " of ", ran, " steps; non-finite gradients, lr ",
+               run_cfg.optimizer.lr,
+               "): the model does not train; check optimizer.params.lr and the fp16 loss scale");
+  }
   if (printer) {
     std::lock_guard<std::mutex> lock(print);
     std::printf("%s", e.memory_report().table().c_str());
@@ -454,11 +510,8 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const zero::Error& e) {
-    std::fprintf(stderr, "zero-train: %s\n", e.what());
-    return 2;
-  }
+// Any exception (a zero::Error, a std::exception from a library, anything else) is one line on
+// stderr and exit status 2, never an abort.
+int main(int argc, char** argv) try { return run(argc, argv); } catch (...) {
+  return zero::report_exception("zero-train");
 }

@@ -7,6 +7,20 @@
 // (validate()): an unknown key, a wrong type, an out-of-range value or a contradiction is a
 // zero::Error(kConfig) whose message names the full key path and the value.
 //
+// Hostile input is refused, never trusted: every source is read with these bounds, and breaking
+// one is a zero::Error(kConfig) naming the key path, or the source (file path, "--set",
+// "ZERO_SET", the variable's name) and the byte offset:
+//   - a file or JSON text of at most 16 MiB (a file is read to 16 MiB + 1 bytes, no further);
+//     a path that is not a regular file (directory, FIFO, device) is kIO naming what it is;
+//   - objects and arrays nested at most 64 deep (the top-level object counts; a --set key path
+//     counts its components), enforced while parsing;
+//   - keys at most 256 bytes, strings at most 4096 (PATH_MAX), well-formed UTF-8 (also --set
+//     keys and values and the environment);
+//   - numbers that fit a double (1e400 is refused; 1e-400 rounds to 0, as strtod does);
+//   - no key twice in one JSON object (DeepSpeed refuses it too); a later source overriding an
+//     earlier one is the layering above, not a duplicate.
+// Messages quote at most 80 bytes of a key or value.
+//
 // Thread safety: Config is a plain value. ConfigBuilder is not synchronised.
 #pragma once
 
@@ -156,9 +170,17 @@ struct AioConfig {
 };
 
 struct Config {
-  std::int64_t train_batch_size = 0;  // 0: not set; else = micro * accumulation * world size
+  // train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size,
+  // checked at engine start (resolve_batch). 0: not set (nothing to check; it stays 0, so a
+  // checkpoint's config does not pin the world size).
+  std::int64_t train_batch_size = 0;
   std::int64_t train_micro_batch_size_per_gpu = 1;
   std::int64_t gradient_accumulation_steps = 1;
+  // Whether a source gave the key (the reader sets these). With train_batch_size set, the one of
+  // the two not given is derived, as DeepSpeed does; a value other than 1 counts as given, so a
+  // Config filled in code needs not set them.
+  bool micro_batch_given = false;
+  bool accumulation_given = false;
   double gradient_clipping = 0.0;  // 0: off
   ZeroOptimizationConfig zero_optimization{};
   OptimizerConfig optimizer{};
@@ -168,15 +190,23 @@ struct Config {
   ActivationCheckpointingConfig activation_checkpointing{};
   AioConfig aio{};
   // zero extensions (top level)
-  // Seconds, every collective wait; env ZERO_COMM_TIMEOUT_S. Must equal kDefaultCommTimeoutS
+  // Seconds, every collective wait; env ZERO_COMM_TIMEOUT_S; in [0.1, 1e7] (below 0.1 s a healthy
+  // collective on a loaded machine times out). The default must equal kDefaultCommTimeoutS
   // (zero/comm.hpp, not included here: the config does not depend on the communicator).
   double comm_timeout_s = 600.0;
   std::string comm_backend = "auto";  // auto | thread | mpi | nccl
   // Reduction dtype of gradients ("" = fp32 for 16-bit training, the gradient dtype otherwise).
   std::string communication_data_type;  // "" | fp32 | fp16 | bf16
 
-  // Checks the cross-field rules that need the world size (train_batch_size consistency).
-  // Throws zero::Error(kConfig) naming the keys.
+  // The batch keys for `world_size` ranks, DeepSpeed's rules (runtime/config.py,
+  // _set_batch_related_parameters and _batch_assertion): with train_batch_size and one of micro
+  // batch / accumulation given, the other is derived (train / (given x world size)); with
+  // neither given, accumulation is 1 and the micro batch train / world size; with both given,
+  // train must equal micro x accumulation x world size. Throws zero::Error(kConfig) naming the
+  // three numbers and the world size when no whole value fits. The engine calls it at start and
+  // keeps the result (Engine::config()).
+  Config resolve_batch(int world_size) const;
+  // resolve_batch's check without the result.
   void validate_for_world_size(int world_size) const;
   // The merged configuration as JSON (every key, defaults included).
   std::string to_json() const;
@@ -191,12 +221,16 @@ class ConfigBuilder {
   ConfigBuilder& operator=(ConfigBuilder&&) noexcept;
 
   // Merges a JSON object (deep merge: nested objects merge key by key). `source` names the
-  // origin in error messages. Throws kConfig on a parse error (with line/column) or non-object.
+  // origin in error messages. Throws kConfig on a parse error (with the byte offset), a
+  // non-object, or input past the bounds above (naming the key path).
   ConfigBuilder& merge_json(std::string_view text, std::string_view source = "<string>");
-  // Reads and merges a file. Throws kIO if unreadable, kConfig if not valid JSON.
+  // Reads and merges a file. Throws kIO if unreadable or not a regular file, kConfig if larger
+  // than 16 MiB or not valid JSON.
   ConfigBuilder& merge_file(const std::string& path);
   // Sets one key: "zero_optimization.stage=2". The value is parsed as JSON when it parses
-  // (numbers, true/false, null, arrays), else taken as a string.
+  // (numbers, true/false, null, arrays), else taken as a string; a value that starts with
+  // '"', '[' or '{' must be valid JSON, and one that parses but breaks a bound (1e400, nesting)
+  // is an error, not a string.
   ConfigBuilder& set(std::string_view assignment, std::string_view source = "--set");
   // Applies ZERO_CONFIG (a file, merged first), ZERO_STAGE, ZERO_COMM_TIMEOUT_S,
   // ZERO_COMM_BACKEND, ZERO_OFFLOAD_OPTIMIZER, ZERO_NVME_PATH and ZERO_SET ("k=v;k=v").
