@@ -12,6 +12,9 @@ namespace zero::detail::optim {
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#ifdef __clang__  // clang ignores #pragma GCC target
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#endif
 namespace avx2 {
 
 // ---- loads and stores of 8 elements
@@ -181,6 +184,9 @@ double sumsq8(const void* g, std::size_t begin, std::size_t end) {
 }
 
 }  // namespace avx2
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 BlockFn select_avx2(Rule r, DType grad, DType state, Copy copy) noexcept {

@@ -18,20 +18,36 @@ namespace zero::detail::optim {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#ifdef __clang__  // clang ignores #pragma GCC target
+#pragma clang attribute push(                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
+    apply_to = function)
+#endif
 namespace avx512 {
 #define ZERO_NATIVE_BF16 0
 #include "optim/cpu_avx512.inc"
 #undef ZERO_NATIVE_BF16
 }  // namespace avx512
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
+#ifdef __clang__  // clang ignores #pragma GCC target
+#pragma clang attribute push(                                                               \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c"))), \
+    apply_to = function)
+#endif
 namespace avx512bf16 {
 #define ZERO_NATIVE_BF16 1
 #include "optim/cpu_avx512.inc"
 #undef ZERO_NATIVE_BF16
 }  // namespace avx512bf16
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 BlockFn select_avx512(Rule r, DType grad, DType state, Copy copy, bool native_bf16) noexcept {
