@@ -107,8 +107,10 @@ class BoundedSax {
     if (const std::size_t last = what.find("; last read"); last != std::string::npos) {
       what.erase(last);
     }
+    const bool overflow = ex.id == 406;  // out_of_range: valid JSON, but a number past a double
+    if (overflow) element();             // the number is the value at the key path
     const std::string at = " at byte " + std::to_string(position) + where() + ": ";
-    if (ex.id == 406) {  // out_of_range: valid JSON, but a number past a double
+    if (overflow) {
       fail(Refusal::kBound, "config from " + printable(source_, 200) + at + "the number " +
                                 printable(last_token, 40) + " does not fit a double");
     }
