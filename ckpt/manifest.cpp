@@ -1,6 +1,10 @@
 #include "ckpt/manifest.hpp"
 
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <utility>
 
 #include "zero/error.hpp"
 
@@ -10,17 +14,51 @@ using nlohmann::json;
 
 namespace {
 
+// A JSON value as the integer type T: only an integer within T's range. nlohmann's get<T>()
+// would cast a float out of T's range (undefined behaviour: "version": 1e300) and wrap a
+// negative size ("begin": -1) into a huge one.
+template <typename T>
+T integer_value(const json& v, const char* key, const std::string& where) {
+  if (v.is_number_unsigned()) {
+    const std::uint64_t u = v.get<std::uint64_t>();
+    if (std::in_range<T>(u)) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    const std::int64_t i = v.get<std::int64_t>();
+    if (std::in_range<T>(i)) return static_cast<T>(i);
+  }
+  ZERO_THROW(kCorruption, "checkpoint manifest '", where, "': key '", key, "' is ",
+             v.is_number() ? v.dump() : std::string("a ") + v.type_name(), ", not an integer in [",
+             std::numeric_limits<T>::min(), ", ", std::numeric_limits<T>::max(), "]");
+}
+
+template <typename T>
+struct IsIntegerVector : std::false_type {};
+template <typename T>
+struct IsIntegerVector<std::vector<T>> : std::bool_constant<std::is_integral_v<T>> {};
+
 // A field of a parsed manifest; kCorruption naming the file and the key when it is missing or
-// of another type.
+// of another type (integers: also out of range).
 template <typename T>
 T field(const json& j, const char* key, const std::string& where) {
   ZERO_CHECK(j.is_object() && j.contains(key), kCorruption, "checkpoint manifest '", where,
              "': key '", key, "' is missing");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception& e) {
-    ZERO_THROW(kCorruption, "checkpoint manifest '", where, "': key '", key,
-               "' has the wrong type: ", e.what());
+  const json& v = j.at(key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return integer_value<T>(v, key, where);
+  } else if constexpr (IsIntegerVector<T>::value) {
+    ZERO_CHECK(v.is_array(), kCorruption, "checkpoint manifest '", where, "': key '", key,
+               "' is a ", v.type_name(), ", not an array of integers");
+    T out;
+    out.reserve(v.size());
+    for (const json& e : v) out.push_back(integer_value<typename T::value_type>(e, key, where));
+    return out;
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception& e) {
+      ZERO_THROW(kCorruption, "checkpoint manifest '", where, "': key '", key,
+                 "' has the wrong type: ", e.what());
+    }
   }
 }
 
@@ -128,8 +166,9 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
   } catch (const json::exception& e) {
     ZERO_THROW(kCorruption, "checkpoint manifest '", where, "' is not valid JSON: ", e.what());
   }
-  ZERO_CHECK(j.is_object() && j.value("format", std::string()) == "zero-checkpoint", kCorruption,
-             "'", where,
+  // find, not value(): value() throws json::type_error when "format" is not a string.
+  const auto format = j.find("format");  // end() for a non-object too
+  ZERO_CHECK(format != j.end() && *format == "zero-checkpoint", kCorruption, "'", where,
              "' is not a zero checkpoint manifest (no \"format\": "
              "\"zero-checkpoint\")");
   Manifest m;
