@@ -18,6 +18,7 @@
 #include "gpt/gpt_block.hpp"
 #include "gpt/gpt_math.hpp"
 #include "zero/checkpointing.hpp"
+#include "zero/cpu_features.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
 
@@ -42,15 +43,15 @@ std::size_t grain_for(std::size_t per_row, std::size_t work = 1 << 14) {
 // tiling or the partition. Blocking: a micro-tile of 4 rows x 16 columns lives in registers for
 // the whole k loop (4 broadcasts of A and one 16-wide row segment of B per k); a task walks its
 // column blocks outermost so that the K x 16 panel of B stays in cache while the task's row
-// blocks reuse it. The avx2 clone (no FMA: fma would change the rounding) gives the same bits as
-// the baseline one, only faster.
+// blocks reuse it. The avx2 variant (no FMA: fma would change the rounding) gives the same bits
+// as the baseline one, only faster.
 constexpr std::size_t kTileM = 4;
 constexpr std::size_t kTileN = 16;
 
 // One micro-tile: rows [ib, ib + nr), columns [jb, jb + nc), nr <= 4, nc <= 16. Missing rows
 // repeat row ib (computed, never stored); missing columns read zeros from a padded copy. The
 // accumulators are GCC vector-extension values so that they stay in registers (8 ymm in the
-// avx2 clone); vector arithmetic is elementwise IEEE, so each lane gets the scalar loop's bits.
+// avx2 variant); vector arithmetic is elementwise IEEE, so each lane gets the scalar loop's bits.
 using V8 = float __attribute__((vector_size(32)));
 
 template <bool kFullWidth>
@@ -103,7 +104,8 @@ __attribute__((always_inline)) inline void micro_tile(float* __restrict C,
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void matmul_tile(
+// The tile walk, compiled twice below: for baseline x86-64 and with AVX2 enabled.
+__attribute__((always_inline)) inline void matmul_tile_body(
     float* __restrict C, const float* __restrict A, const float* __restrict B,
     const float* __restrict bias, std::size_t N, std::size_t K, std::size_t i0, std::size_t i1,
     std::size_t j0, std::size_t j1) {
@@ -120,8 +122,38 @@ __attribute__((target_clones("avx2", "default"))) void matmul_tile(
   }
 }
 
+using MatmulTileFn = void (*)(float* __restrict, const float* __restrict, const float* __restrict,
+                              const float* __restrict, std::size_t, std::size_t, std::size_t,
+                              std::size_t, std::size_t, std::size_t);
+
+void matmul_tile_baseline(float* __restrict C, const float* __restrict A, const float* __restrict B,
+                          const float* __restrict bias, std::size_t N, std::size_t K,
+                          std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) {
+  matmul_tile_body(C, A, B, bias, N, K, i0, i1, j0, j1);
+}
+
+__attribute__((target("avx2"))) void matmul_tile_avx2(float* __restrict C,
+                                                      const float* __restrict A,
+                                                      const float* __restrict B,
+                                                      const float* __restrict bias, std::size_t N,
+                                                      std::size_t K, std::size_t i0, std::size_t i1,
+                                                      std::size_t j0, std::size_t j1) {
+  matmul_tile_body(C, A, B, bias, N, K, i0, i1, j0, j1);
+}
+
+// The variant is chosen by the library's rule (zero::best_isa(): what the CPU runs, capped by
+// ZERO_ISA), once, through a plain function pointer. Not target_clones: its ifunc resolver runs
+// while the dynamic loader relocates the program, before a sanitizer runtime is initialised, and
+// under TSan every program linked with this model crashed at load.
+MatmulTileFn matmul_tile_for_cpu() {
+  static const MatmulTileFn fn =
+      best_isa() >= Isa::kAvx2 ? &matmul_tile_avx2 : &matmul_tile_baseline;
+  return fn;
+}
+
 void matmul(float* C, const float* A, const float* B, const float* bias, std::size_t M,
             std::size_t N, std::size_t K) {
+  const MatmulTileFn matmul_tile = matmul_tile_for_cpu();
   // Tasks of at least 8 column blocks (128 columns) x enough 4-row tiles for ~64k multiply-adds.
   constexpr std::size_t kColGrain = 8;
   const std::size_t row_grain = std::max<std::size_t>(

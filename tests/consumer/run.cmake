@@ -6,8 +6,21 @@ execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${
 if(rc)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
+# The consumer is built the way zero was: same compiler, same global flags (a sanitizer build's
+# -fsanitize=... must reach the consumer's objects and link too, or linking the instrumented
+# libzero.a fails), and the TBB zero was configured against (tools/sanitize tsan uses a
+# TSan-built oneTBB).
+load_cache("${BUILD_DIR}" READ_WITH_PREFIX zero_ CMAKE_CXX_COMPILER CMAKE_CXX_FLAGS
+           CMAKE_EXE_LINKER_FLAGS TBB_DIR)
+set(consumer_args "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release
+                  "-DCMAKE_CXX_COMPILER=${zero_CMAKE_CXX_COMPILER}"
+                  "-DCMAKE_CXX_FLAGS=${zero_CMAKE_CXX_FLAGS}"
+                  "-DCMAKE_EXE_LINKER_FLAGS=${zero_CMAKE_EXE_LINKER_FLAGS}")
+if(zero_TBB_DIR)
+  list(APPEND consumer_args "-DTBB_DIR=${zero_TBB_DIR}")
+endif()
 execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja
-                        "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release
+                        ${consumer_args}
                 RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring the consumer against the installed package failed: ${rc}")
