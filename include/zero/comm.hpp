@@ -301,6 +301,11 @@ class Communicator {
 
 // ---- the in-process backend
 
+// ThreadGroup::run: how long ranks have to return after their group failed before the process
+// is ended, and the exit status it then ends with.
+inline constexpr double kRankExitGraceS = 5.0;
+inline constexpr int kStuckRankExitCode = 3;
+
 // N ranks as N threads of this process. run() is the usual entry point; communicator() lets a
 // caller that manages its own threads take rank r's communicator instead.
 class ThreadGroup {
@@ -327,6 +332,14 @@ class ThreadGroup {
   // group fails (the other ranks' waits throw kRemoteFailure promptly) and, after every thread
   // has finished, run() rethrows the exception of the rank that failed first.
   // `timeout_s` as for the constructor.
+  // A rank stuck outside collectives (a hang in its own code): once the group has failed (a rank
+  // threw, or a wait timed out waiting for the stuck rank, i.e. after timeout_s) every rank has
+  // kRankExitGraceS to return. A rank that has not is a thread that cannot be stopped, and
+  // returning while it runs would leave it using fn's captures after they are gone: run() then
+  // writes one line to stderr naming each such rank, its last collective and the group's
+  // failure, and ends the process with std::_Exit(kStuckRankExitCode). So a stuck or failed
+  // rank ends the process within timeout_s + kRankExitGraceS. Without a failure there is no
+  // deadline on the join (a rank may work on alone after the others returned).
   static void run(int size, const std::function<void(Communicator&)>& fn,
                   double timeout_s = kDefaultCommTimeoutS);
 

@@ -102,12 +102,14 @@ class MpiRuntime {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
-    for (MPI_Op* o : {&sum_f16_, &sum_bf16_, &max_f32_, &max_f16_, &max_bf16_}) MPI_Op_free(o);
-    if (!owns_) return;
     if (abandoned_.load()) {
+      // Neither the ops (a pending call may be using one) nor MPI (MPI_Finalize could wait
+      // forever for the pending call) are released.
       ZERO_LOG(kWarn, "not finalising MPI: a timed-out collective is still blocked in MPI");
       return;
     }
+    for (MPI_Op* o : {&sum_f16_, &sum_bf16_, &max_f32_, &max_f16_, &max_bf16_}) MPI_Op_free(o);
+    if (!owns_) return;
     MPI_Finalize();
   }
 
@@ -276,7 +278,13 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   return global;
 }
 
-constexpr std::chrono::seconds kBrokenGrace{10};
+// How long a broken communicator's destructor waits, in all, for the collective that timed out
+// to finish after all (a peer that was late rather than dead completes it, and the
+// communicator can then be freed and MPI finalised); after that the call is left behind. The
+// collective was already given comm_timeout_s, and a dead peer never completes it: this is all
+// a rank adds after its timeout before it can exit (it was 10 s twice). 3 s: comm_mpi_test's late
+// rank arrives 1.5 s after the others' timeout, and MPI is then still finalised cleanly.
+constexpr std::chrono::milliseconds kBrokenGrace{3000};
 // Per-rank bytes up to which a blocking collective runs inline (see run_blocking).
 constexpr std::size_t kInlineMaxBytes = 8 << 10;
 
@@ -292,14 +300,16 @@ class MpiCommunicator final : public Communicator {
   }
 
   ~MpiCommunicator() override {
-    // A timed-out collective may never return: give a late peer kBrokenGrace to complete it,
-    // then leave it behind.
+    // A timed-out collective may never return: give a late peer kBrokenGrace (one deadline for
+    // the progress thread and the abandoned request together) to complete it, then leave it
+    // behind.
+    const auto until = Clock::now() + kBrokenGrace;
     const bool joined =
-        worker_.stop(state_->is_broken() ? kBrokenGrace : std::chrono::hours(24 * 365));
+        worker_.stop(state_->is_broken() ? std::chrono::duration<double>(kBrokenGrace)
+                                         : std::chrono::hours(24 * 365));
     bool settled = true;
     if (state_->abandoned != MPI_REQUEST_NULL) {
       settled = false;
-      const auto until = Clock::now() + kBrokenGrace;
       while (!settled && Clock::now() < until) {
         int done = 0;
         if (MPI_Test(&state_->abandoned, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
@@ -342,11 +352,14 @@ class MpiCommunicator final : public Communicator {
         what);
     return CommHandle(std::make_unique<WorkerRequest>(
         worker_.shared(), std::move(task), timeout,
-        [st = state_, me = world_ranks()[rank()]](const OrderedWorker::Task& t, double s) {
+        [st = state_, worker = worker_.shared(), me = world_ranks()[rank()]](
+            const OrderedWorker::Task& t, double s) {
           const std::string why =
               detail::cat("rank ", me, " timed out after ", s, " s in ", t.what,
                           " (a peer has not joined, has failed, or is far behind)");
           st->mark_broken(why);
+          // The progress thread may be stuck in this call: what is queued behind it fails now.
+          worker->mark_broken(why);
           return Error(ErrorCode::kTimeout, why, __FILE__, __LINE__);
         }));
   }

@@ -17,9 +17,19 @@ Clock::time_point deadline_after(double seconds) {
 bool OrderedWorker::Shared::wait_until(const Task& task, Clock::time_point deadline) {
   spin_until([&] { return task.done.load(std::memory_order_acquire); }, spin);
   std::unique_lock lock(mu);
-  if (!done_cv.wait_until(lock, deadline, [&] { return task.done.load(); })) return false;
+  done_cv.wait_until(lock, deadline, [&] { return task.done.load() || broken; });
+  if (!task.done.load()) return false;
   if (task.error) std::rethrow_exception(task.error);
   return true;
+}
+
+void OrderedWorker::Shared::mark_broken(const std::string& why) {
+  {
+    std::lock_guard lock(mu);
+    if (!broken) broken_reason = why;
+    broken = true;
+  }
+  done_cv.notify_all();
 }
 
 bool OrderedWorker::Shared::test(const Task& task) {
@@ -115,6 +125,17 @@ bool OrderedWorker::stop(std::chrono::duration<double> give_up_after) {
 
 void WorkerRequest::wait() {
   if (worker_->wait_until(*task_, deadline_after(timeout_s_))) return;
+  std::string broken_reason;
+  {
+    std::lock_guard lock(worker_->mu);
+    if (worker_->broken) broken_reason = worker_->broken_reason;
+  }
+  if (!broken_reason.empty()) {
+    throw Error(ErrorCode::kRemoteFailure,
+                detail::cat(task_->what, ": not completed, an earlier collective broke the ",
+                            "communicator: ", broken_reason),
+                __FILE__, __LINE__);
+  }
   throw on_timeout_(*task_, timeout_s_);
 }
 

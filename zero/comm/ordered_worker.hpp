@@ -66,8 +66,16 @@ class OrderedWorker {
     bool running = false;  // the worker is executing a task
     bool exited = false;
     std::chrono::microseconds spin{kSpinBeforeSleep};  // fixed at construction
+    // Set by the backend when a collective timed out with the worker possibly stuck inside it
+    // (MPI): the tasks queued behind it will not run, so their waits fail at once instead of
+    // each waiting out its own deadline. Guarded by mu.
+    bool broken = false;
+    std::string broken_reason;
 
-    // Waits until task is done or `deadline`; false on timeout. Rethrows the task's error.
+    // Marks the worker broken (first reason wins) and wakes every waiter.
+    void mark_broken(const std::string& why);
+    // Waits until task is done, the worker is broken, or `deadline`; false unless done.
+    // Rethrows the task's error.
     bool wait_until(const Task& task, Clock::time_point deadline);
     // True when done; rethrows the task's error.
     bool test(const Task& task);
@@ -112,7 +120,9 @@ class OrderedWorker {
 };
 
 // The CommRequest for a worker task. On timeout it calls on_timeout(task, timeout_s), which must
-// return the zero::Error to throw (after aborting whatever the backend aborts).
+// return the zero::Error to throw (after aborting whatever the backend aborts). When the worker
+// was marked broken before the task completed, wait() throws kRemoteFailure naming the task and
+// the reason, without waiting for the deadline.
 class WorkerRequest final : public CommRequest {
  public:
   using TimeoutHandler = std::function<Error(const OrderedWorker::Task&, double timeout_s)>;

@@ -19,8 +19,12 @@
 // rank that threw, a timed-out wait, a rank that left) is recorded there and wakes every barrier
 // of every group, so the other ranks fail promptly with kRemoteFailure naming it. Only mutexes
 // and condition variables synchronise (no TBB, no lock-free tricks): the backend is TSan-clean.
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -47,14 +51,50 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 struct Group;
 
+// What one rank was last doing in collectives, for the launcher's message about a rank that
+// does not return (ThreadGroup::run).
+struct RankActivity {
+  std::string last;  // describe() of its last collective; empty: none issued yet
+  std::uint64_t issued = 0;
+  std::uint64_t completed = 0;  // issued - completed: in flight (or failed)
+};
+
 // Shared by every group of one ThreadGroup: the first failure, and who to wake on it.
 struct World {
+  explicit World(int size) : activity(static_cast<std::size_t>(size)) {}
+
   std::mutex mu;
   std::atomic<bool> failed{false};
   ErrorCode code = ErrorCode::kRemoteFailure;
   int failed_rank = -1;  // world rank
   std::string reason;
+  Clock::time_point failed_at{};
   std::vector<std::weak_ptr<Group>> groups;
+
+  // By world rank. Its own mutex: every collective of every rank touches it twice.
+  std::mutex activity_mu;
+  std::vector<RankActivity> activity;
+  void issued(int world_rank, const std::string& what) {
+    std::lock_guard lock(activity_mu);
+    RankActivity& a = activity[static_cast<std::size_t>(world_rank)];
+    a.last = what;
+    ++a.issued;
+  }
+  void completed(int world_rank) {
+    std::lock_guard lock(activity_mu);
+    ++activity[static_cast<std::size_t>(world_rank)].completed;
+  }
+  // "its last collective, all_reduce(...) on ranks {0,1}, rank 1, completed" and the like.
+  std::string doing(int world_rank) {
+    std::lock_guard lock(activity_mu);
+    const RankActivity& a = activity[static_cast<std::size_t>(world_rank)];
+    if (a.issued == 0) return "it has issued no collective";
+    if (a.issued == a.completed) {
+      return detail::cat("its last collective, ", a.last,
+                         ", completed: it is in its own code since");
+    }
+    return detail::cat(a.issued - a.completed, " collective(s) not completed, the last ", a.last);
+  }
 
   // Records the first failure and wakes every barrier. Later failures are consequences.
   void fail(ErrorCode c, int world_rank, std::string why);
@@ -190,6 +230,7 @@ void World::fail(ErrorCode c, int world_rank, std::string why) {
     code = c;
     failed_rank = world_rank;
     reason = std::move(why);
+    failed_at = Clock::now();
     failed.store(true, std::memory_order_release);
     for (auto& g : groups) {
       if (auto p = g.lock()) to_wake.push_back(std::move(p));
@@ -338,11 +379,14 @@ class ThreadCommunicator final : public Communicator {
     std::string what = describe(args);
     group_->check_failed(what);
     const double timeout = timeout_s();
+    const int me = group_->world_ranks[rank()];
+    group_->world->issued(me, what);
     auto task = worker_.submit(
-        [g = group_, r = rank(), args, what, timeout, probe = take_event_probe()]() mutable {
+        [g = group_, r = rank(), me, args, what, timeout, probe = take_event_probe()]() mutable {
           probe.started();
           execute(*g, r, args, what, timeout);
           probe.finished();
+          g->world->completed(me);
         },
         what);
     return CommHandle(std::make_unique<detail::WorkerRequest>(
@@ -362,11 +406,14 @@ class ThreadCommunicator final : public Communicator {
     const std::string what = describe(args);
     group_->check_failed(what);
     const double timeout = timeout_s();
+    const int me = group_->world_ranks[rank()];
     if (!worker_.try_run_inline([&] {
           detail::EventProbe probe = take_event_probe();
+          group_->world->issued(me, what);
           probe.started();
           execute(*group_, rank(), args, what, timeout);
           probe.finished();
+          group_->world->completed(me);
         })) {
       start(args).wait();
     }
@@ -378,6 +425,8 @@ class ThreadCommunicator final : public Communicator {
     const std::string what =
         detail::cat("split(color ", color, ", key ", key, ") of ranks ", rank_list(world_ranks()));
     const double timeout = timeout_s();
+    const int me = group_->world_ranks[rank()];
+    group_->world->issued(me, what);
     worker_.run_sync(
         [&, g = group_, r = rank()] {
           g->check_failed(what);
@@ -408,6 +457,7 @@ class ThreadCommunicator final : public Communicator {
           if (!members.empty() && members.front() == r) g->split_out[r].reset();  // all took it
         },
         what);
+    group_->world->completed(me);
     if (!child) return nullptr;
     return std::make_unique<ThreadCommunicator>(std::move(child), child_rank, timeout);
   }
@@ -432,7 +482,7 @@ ThreadGroup::ThreadGroup(int size, double timeout_s) {
   ZERO_CHECK(size >= 1, kInvalidArgument, "ThreadGroup size must be >= 1, got ", size);
   ZERO_CHECK(timeout_s > 0, kInvalidArgument, "ThreadGroup timeout must be > 0 s, got ", timeout_s);
   state_ = std::make_shared<State>();
-  state_->world = std::make_shared<World>();
+  state_->world = std::make_shared<World>(size);
   std::vector<int> ranks(size);
   for (int r = 0; r < size; ++r) ranks[r] = r;
   state_->group = make_group(state_->world, std::move(ranks));
@@ -465,28 +515,70 @@ void ThreadGroup::fail(int rank, std::string_view what) {
                       detail::cat("rank ", rank, " failed: ", what));
 }
 
+namespace {
+
+// Ends the process because ranks did not return after the group failed: a thread cannot be
+// stopped, and returning to the caller while it runs would leave it using the caller's captures
+// (and, at exit, statics) after they are destroyed. One line on stderr, written with write(2) so
+// that a rank stuck holding stdio's lock cannot block it.
+[[noreturn]] void end_process_for_stuck_ranks(World& world, const std::vector<int>& stuck,
+                                              double grace_s) {
+  std::string line = "zero: ThreadGroup::run: ";
+  for (std::size_t k = 0; k < stuck.size(); ++k) {
+    line += detail::cat(k == 0 ? "" : "; ", "rank ", stuck[k], " did not return ", grace_s,
+                        " s after the group failed (", world.doing(stuck[k]), ")");
+  }
+  line += detail::cat("; the group failed because: ", world.failure(),
+                      "; a rank thread cannot be stopped, so the process ends with status ",
+                      kStuckRankExitCode, "\n");
+  if (::ftrylockfile(stdout) == 0) {  // keep what the ranks printed, unless a rank holds stdout
+    std::fflush(stdout);
+    ::funlockfile(stdout);
+  }
+  for (std::size_t done = 0; done < line.size();) {
+    const ssize_t k = ::write(2, line.data() + done, line.size() - done);
+    if (k <= 0) break;
+    done += static_cast<std::size_t>(k);
+  }
+  std::_Exit(kStuckRankExitCode);
+}
+
+}  // namespace
+
 void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, double timeout_s) {
   ThreadGroup group(size, timeout_s);
+  World& world = *group.state_->world;
   std::vector<std::exception_ptr> errors(size);
+  // Which ranks have returned, for the join below (guarded by exit_mu).
+  std::mutex exit_mu;
+  std::condition_variable exit_cv;
+  std::vector<char> returned(size, 0);
+  // Every capture is a local of this frame: run() neither returns nor throws while a rank thread
+  // is alive (it joins them all, or ends the process), so the references stay valid.
   auto rank_main = [&](int r) {
     set_log_rank(r);
-    // The communicator outlives the catch: the group learns of the failure (with its message)
-    // before this rank leaves it.
-    std::unique_ptr<Communicator> comm;
-    try {
-      comm = group.communicator(r);
-      fn(*comm);
-    } catch (...) {
-      errors[r] = std::current_exception();
-      std::string what = "unknown exception";
+    {
+      // The communicator outlives the catch: the group learns of the failure (with its message)
+      // before this rank leaves it.
+      std::unique_ptr<Communicator> comm;
       try {
-        throw;
-      } catch (const std::exception& e) {
-        what = e.what();
+        comm = group.communicator(r);
+        fn(*comm);
       } catch (...) {
+        errors[r] = std::current_exception();
+        std::string what = "unknown exception";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        group.fail(r, what);
       }
-      group.fail(r, what);
     }
+    std::lock_guard lock(exit_mu);
+    returned[r] = 1;
+    exit_cv.notify_all();
   };
   std::vector<std::thread> threads;
   threads.reserve(size);
@@ -496,8 +588,37 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
       threads.emplace_back(rank_main, r);
     } catch (...) {
       spawn_error = std::current_exception();
-      group.fail(r, "could not start the rank thread");
+      group.fail(r, detail::cat("could not start the thread of rank ", r));
       break;
+    }
+  }
+  // Join, but once the group has failed give the ranks still running kRankExitGraceS to notice
+  // (at their next collective) and return. Without a failure there is no deadline: a rank may
+  // legitimately work on alone after the others returned (rank 0 evaluating, saving).
+  const auto grace =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRankExitGraceS));
+  {
+    std::unique_lock lock(exit_mu);
+    const auto all_returned = [&] {
+      for (std::size_t r = 0; r < threads.size(); ++r) {
+        if (!returned[r]) return false;
+      }
+      return true;
+    };
+    while (!all_returned()) {
+      exit_cv.wait_for(lock, std::chrono::milliseconds(20));  // also polls world.failed
+      if (all_returned() || !world.failed.load(std::memory_order_acquire)) continue;
+      Clock::time_point failed_at;
+      {
+        std::lock_guard world_lock(world.mu);
+        failed_at = world.failed_at;
+      }
+      if (Clock::now() < failed_at + grace) continue;
+      std::vector<int> stuck;
+      for (std::size_t r = 0; r < threads.size(); ++r) {
+        if (!returned[r]) stuck.push_back(static_cast<int>(r));
+      }
+      end_process_for_stuck_ranks(world, stuck, kRankExitGraceS);
     }
   }
   for (auto& t : threads) t.join();
@@ -505,8 +626,8 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
   // The root cause is the rank that failed first; the others' errors are consequences.
   int first = -1;
   {
-    std::lock_guard lock(group.state_->world->mu);
-    first = group.state_->world->failed_rank;
+    std::lock_guard lock(world.mu);
+    first = world.failed_rank;
   }
   if (first >= 0 && first < size && errors[first]) std::rethrow_exception(errors[first]);
   for (auto& e : errors) {
