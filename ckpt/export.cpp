@@ -88,6 +88,9 @@ std::string reshard(const std::string& path, int world_size, const std::string& 
   // The rewrite runs in host memory: the offload tiers of the run that saved do not matter.
   cfg.zero_optimization.offload_optimizer.device = OffloadDevice::kNone;
   cfg.zero_optimization.offload_param.device = OffloadDevice::kNone;
+  // The saving run's train_batch_size held for its world size; the rewrite keeps the per-rank
+  // micro batch and accumulation and leaves the global batch for the resuming run to state.
+  cfg.train_batch_size = 0;
   std::vector<UnitSpec> units;
   for (const UnitEntry& u : m.units) {
     UnitSpec s;

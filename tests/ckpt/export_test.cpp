@@ -95,8 +95,13 @@ TEST(CkptExport, ConsolidatedSafetensorsEqualTheGatheredParametersBitwise) {
   const RunSpec s{.stage = 3, .ranks = 3, .dtype = DType::kBF16, .clip = true};
   Saved saved;
   std::mutex mu;
+  // The saving run states its global batch for 3 ranks (DeepSpeed's train_batch_size): the
+  // reshard to 2 ranks must not carry it over (its engine would refuse 3 != micro x accum x 2).
+  Config saving = testing::make_config(s);
+  saving.train_batch_size =
+      3 * saving.train_micro_batch_size_per_gpu * saving.gradient_accumulation_steps;
   ThreadGroup::run(3, [&](Communicator& c) {
-    Engine e(c, testing::make_config(s));
+    Engine e(c, saving);
     const testing::Mlp mlp(testing::kDims);
     mlp.declare(e);
     mlp.init(e, 42);
