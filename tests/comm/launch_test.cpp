@@ -1,7 +1,13 @@
 // Launch detection (torchrun / OpenMPI / PMI / Slurm variables, explicit options, conflicts) and
 // the NCCL-id rendezvous over TCP and a shared file, with ranks as threads.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 
 #include <cstdio>
 #include <filesystem>
@@ -154,6 +160,117 @@ TEST(Rendezvous, TcpWithoutRankZeroTimesOut) {
     EXPECT_NE(std::string::npos, e.message().find(std::to_string(port))) << e.what();
   }
   EXPECT_THROW(detail::tcp_broadcast("127.0.0.1", 0, 1, 2, "", 0.1), Error);
+}
+
+// A stand-in for torchrun's agent store holding MASTER_PORT: accepts every connection and
+// either stays silent or answers `reply`. Closes when destroyed.
+class PortHolder {
+ public:
+  PortHolder(int port, std::string reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    bound_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd_, 64) == 0;
+    thread_ = std::thread([this] {
+      for (;;) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) {
+          if (stop_) return;
+          continue;
+        }
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) continue;
+        ++connections_;
+        if (!reply_.empty()) (void)!::send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+        held_.push_back(c);  // silent: keep it open, as a store waiting for a query does
+      }
+    });
+  }
+  ~PortHolder() {
+    stop_ = true;
+    thread_.join();
+    for (int c : held_) ::close(c);
+    ::close(fd_);
+  }
+  bool bound() const { return bound_; }
+  int connections() const { return connections_; }
+
+ private:
+  int fd_ = -1;
+  bool bound_ = false;
+  std::string reply_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::vector<int> held_;
+  std::thread thread_;
+};
+
+void expect_broadcast_past_a_holder(const std::string& reply, const std::string& what) {
+  const std::string blob("\x02\x00nccl-id\xfe", 10);
+  const int port = 30000 + static_cast<int>((::getpid() * 7 + reply.size() * 131) % 20000);
+  PortHolder holder(port, reply);
+  ASSERT_TRUE(holder.bound()) << "port " << port << " taken";
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> got(4);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] {
+      got[r] = detail::tcp_broadcast("127.0.0.1", port, r, 4, r == 0 ? blob : "", 20.0, "job-7/0");
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(blob, got[r]) << what << ", rank " << r;
+  EXPECT_GE(holder.connections(), 1) << what << ": the ranks never tried MASTER_PORT";
+  std::printf("rendezvous of 4 ranks past a listener on MASTER_PORT that %s: %.3f s\n",
+              what.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST(Rendezvous, TcpWorksWhenAnotherListenerHoldsMasterPortSilently) {
+  expect_broadcast_past_a_holder("", "stays silent (torchrun's store)");
+}
+
+TEST(Rendezvous, TcpWorksWhenAnotherListenerHoldsMasterPortAnsweringGarbage) {
+  expect_broadcast_past_a_holder("HTTP/1.0 400 Bad Request\r\n\r\n", "answers garbage");
+}
+
+TEST(Rendezvous, TcpSkipsARankZeroOfAnotherJob) {
+  const int port = 25000 + static_cast<int>(::getpid() % 20000);
+  // Another job's rank 0 on MASTER_PORT, waiting for a rank that never comes.
+  std::thread other([&] {
+    EXPECT_THROW(detail::tcp_broadcast("127.0.0.1", port, 0, 2, "other", 2.0, "job-other"), Error);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<std::string> got(2);
+  std::thread r0(
+      [&] { got[0] = detail::tcp_broadcast("127.0.0.1", port, 0, 2, "mine", 5.0, "job-mine"); });
+  got[1] = detail::tcp_broadcast("127.0.0.1", port, 1, 2, "", 5.0, "job-mine");
+  r0.join();
+  other.join();
+  EXPECT_EQ("mine", got[0]);
+  EXPECT_EQ("mine", got[1]);
+}
+
+TEST(Rendezvous, TcpWithOnlyASilentListenerTimesOutNamingMasterAddrAndPort) {
+  const int port = 45000 + static_cast<int>(::getpid() % 15000);
+  PortHolder holder(port, "");
+  ASSERT_TRUE(holder.bound());
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    detail::tcp_broadcast("127.0.0.1", port, 1, 2, "", 1.0, "job");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(ErrorCode::kTimeout, e.code()) << e.what();
+    EXPECT_NE(std::string::npos, e.message().find("127.0.0.1:" + std::to_string(port))) << e.what();
+    EXPECT_NE(std::string::npos, e.message().find("MASTER_ADDR:MASTER_PORT")) << e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("nothing answering: error after %.3f s (timeout 1 s)\n", s);
+  EXPECT_LT(s, 2.5);
 }
 
 TEST(Rendezvous, FileHandsRankZerosBlobToEveryRankAndRefusesAStaleFile) {

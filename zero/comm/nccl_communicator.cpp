@@ -10,8 +10,9 @@
 // The communicator is created non-blocking (ncclConfig_t::blocking = 0), so that a peer that
 // never arrives makes initialisation time out instead of hanging. Bootstrap of the unique id:
 // through MPI under mpirun / srun (when built with MPI), else a TCP rendezvous at
-// MASTER_ADDR:MASTER_PORT (torchrun), else a shared file (CommOptions::rendezvous_file or
-// ZERO_NCCL_ID_FILE).
+// MASTER_ADDR:MASTER_PORT (torchrun; rank 0 listens on the first free port from MASTER_PORT
+// up, since torchrun's agent holds MASTER_PORT with its own store), else a shared file
+// (CommOptions::rendezvous_file or ZERO_NCCL_ID_FILE).
 //
 // 16-bit reductions are NCCL's own (ncclFloat16 / ncclBfloat16 kernels); avg is ncclAvg.
 //
@@ -382,7 +383,13 @@ ncclUniqueId bootstrap(const LaunchInfo& launch, const CommOptions& options, dou
     } catch (const std::exception&) {
       ZERO_THROW(kConfig, "MASTER_PORT='", port, "' is not a port number");
     }
-    blob = tcp_broadcast(addr, p, launch.rank, launch.size, blob, timeout_s);
+    // The job's name, so that no rank takes another job's (or an earlier restart's) rank 0 on
+    // the same ports for its own: torchrun's run id and restart count, the world size.
+    const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
+    const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    const std::string token = detail::cat(run_id != nullptr ? run_id : "", "/",
+                                          restart != nullptr ? restart : "", "/", launch.size);
+    blob = tcp_broadcast(addr, p, launch.rank, launch.size, blob, timeout_s, token);
   } else {
     ZERO_THROW(kConfig, "NCCL with ", launch.size, " ranks (", launch.source,
                ") needs a bootstrap: run under mpirun / srun (with MPI built in), set MASTER_ADDR "

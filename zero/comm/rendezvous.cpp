@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/error.hpp"
@@ -96,10 +97,26 @@ void recv_all(int fd, void* data, std::size_t n, Clock::time_point deadline,
   }
 }
 
-std::string serve(int port, int size, const std::string& blob, Clock::time_point deadline,
-                  double timeout_s) {
+// Rank 0 listens on the first free port of [port, port + kPortCandidates): under torchrun the
+// agent's own store already holds MASTER_PORT. Every rank scans the same range.
+constexpr int kPortCandidates = 16;
+// How long a rank waits on one candidate for rank 0's greeting before trying the next (a silent
+// listener such as torchrun's store speaks only when asked).
+constexpr int kCandidateMs = 300;
+
+std::string header_for(const std::string& token, const std::string& blob) {
+  std::string m(kMagic, sizeof(kMagic));
+  const std::uint32_t tl = static_cast<std::uint32_t>(token.size());
+  const std::uint32_t bl = static_cast<std::uint32_t>(blob.size());
+  m.append(reinterpret_cast<const char*>(&tl), sizeof(tl));
+  m += token;
+  m.append(reinterpret_cast<const char*>(&bl), sizeof(bl));
+  return m + blob;
+}
+
+Fd listen_on(int port) {
   Fd listener(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  bool v6 = listener.get() >= 0;
+  const bool v6 = listener.get() >= 0;
   if (!v6) listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ZERO_CHECK(listener.get() >= 0, kCommunication, "rendezvous: socket: ", std::strerror(errno));
   const int one = 1;
@@ -120,60 +137,161 @@ std::string serve(int port, int size, const std::string& blob, Clock::time_point
     a.sin_port = htons(static_cast<std::uint16_t>(port));
     rc = ::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
   }
-  ZERO_CHECK(rc == 0, kCommunication, "rendezvous: rank 0 cannot listen on port ", port, ": ",
-             std::strerror(errno), " (MASTER_PORT in use?)");
-  ZERO_CHECK(::listen(listener.get(), size) == 0, kCommunication,
-             "rendezvous: listen: ", std::strerror(errno));
-  const std::uint32_t len = static_cast<std::uint32_t>(blob.size());
-  std::string message(kMagic, sizeof(kMagic));
-  message.append(reinterpret_cast<const char*>(&len), sizeof(len));
-  message += blob;
-  for (int served = 0; served < size - 1; ++served) {
-    ZERO_CHECK(wait_fd(listener.get(), POLLIN, deadline), kTimeout, "rendezvous on port ", port,
-               ": only ", served, " of ", size - 1, " ranks connected within ", timeout_s, " s");
-    Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (peer.get() < 0) {
-      --served;
-      continue;
+  if (rc != 0 || ::listen(listener.get(), 128) != 0) return Fd();
+  return listener;
+}
+
+// Greets every connection with magic, token and blob (rank 0 speaks first, so a rank that
+// reached some other service never sends it anything), and counts the ranks that acknowledge.
+std::string serve(int port, int size, const std::string& blob, const std::string& token,
+                  Clock::time_point deadline, double timeout_s) {
+  Fd listener;
+  int bound = -1;
+  for (int k = 0; k < kPortCandidates && port + k < 65536; ++k) {
+    listener = listen_on(port + k);
+    if (listener.get() >= 0) {
+      bound = port + k;
+      break;
     }
-    send_all(peer.get(), message.data(), message.size(), deadline, "a rank");
+  }
+  ZERO_CHECK(bound > 0, kCommunication, "rendezvous: rank 0 cannot listen on any port of ", port,
+             "..", port + kPortCandidates - 1, " (MASTER_PORT and the next ones are in use)");
+  const std::string message = header_for(token, blob);
+  std::vector<Fd> peers;
+  std::vector<char> acked(static_cast<std::size_t>(size), 0);
+  int n_acked = 0;
+  while (n_acked < size - 1) {
+    std::vector<pollfd> fds{{listener.get(), POLLIN, 0}};
+    for (const Fd& p : peers) fds.push_back({p.get(), POLLIN, 0});
+    const int rc = ::poll(fds.data(), fds.size(), ms_left(deadline));
+    ZERO_CHECK(rc > 0 || (rc < 0 && errno == EINTR), kTimeout, "rendezvous: rank 0 on port ", bound,
+               ": only ", n_acked, " of ", size - 1, " ranks connected within ", timeout_s, " s");
+    std::vector<Fd> keep;
+    for (std::size_t k = 1; k < fds.size(); ++k) {
+      Fd& peer = peers[k - 1];
+      if (fds[k].revents == 0) {
+        keep.push_back(std::move(peer));
+        continue;
+      }
+      char ack[sizeof(kMagic) + sizeof(std::int32_t)];
+      try {
+        recv_all(peer.get(), ack, sizeof(ack), Clock::now() + std::chrono::milliseconds(200),
+                 "a rank");
+      } catch (const Error&) {
+        continue;  // not one of ours, or gone: drop it
+      }
+      std::int32_t r = -1;
+      std::memcpy(&r, ack + sizeof(kMagic), sizeof(r));
+      if (std::memcmp(ack, kMagic, sizeof(kMagic)) == 0 && r > 0 && r < size && !acked[r]) {
+        acked[r] = 1;
+        ++n_acked;
+      }
+    }
+    peers = std::move(keep);
+    if (fds[0].revents != 0) {
+      Fd peer(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (peer.get() >= 0) {
+        try {
+          send_all(peer.get(), message.data(), message.size(),
+                   Clock::now() + std::chrono::milliseconds(kCandidateMs), "a rank");
+          peers.push_back(std::move(peer));
+        } catch (const Error&) {
+        }
+      }
+    }
   }
   return blob;
 }
 
-std::string fetch(const std::string& host, int port, Clock::time_point deadline, double timeout_s) {
-  const std::string where = detail::cat(host, ":", port);
+// Connects to host:port within `deadline`; an invalid Fd and `error` set otherwise.
+Fd connect_to(const addrinfo* ai, Clock::time_point deadline, std::string& error) {
+  Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
+  if (fd.get() < 0) {
+    error = std::strerror(errno);
+    return Fd();
+  }
+  if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS || !wait_fd(fd.get(), POLLOUT, deadline)) {
+      error = errno == EINPROGRESS ? "connect timed out" : std::strerror(errno);
+      return Fd();
+    }
+    int so = 0;
+    socklen_t len = sizeof(so);
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so, &len);
+    if (so != 0) {
+      error = std::strerror(so);
+      return Fd();
+    }
+  }
+  return fd;
+}
+
+std::string fetch(const std::string& host, int port, int rank, const std::string& token,
+                  Clock::time_point deadline, double timeout_s) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   std::string last_error = "no attempt";
   for (;;) {
-    addrinfo* found = nullptr;
-    const int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-    ZERO_CHECK(gai == 0, kCommunication, "rendezvous: cannot resolve MASTER_ADDR '", host,
-               "': ", ::gai_strerror(gai));
-    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-      Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-      if (fd.get() < 0) continue;
-      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-        last_error = std::strerror(errno);
-        continue;
+    for (int k = 0; k < kPortCandidates && port + k < 65536; ++k) {
+      const int p = port + k;
+      const std::string where = detail::cat(host, ":", p);
+      addrinfo* found = nullptr;
+      const int gai = ::getaddrinfo(host.c_str(), std::to_string(p).c_str(), &hints, &found);
+      ZERO_CHECK(gai == 0, kCommunication, "rendezvous: cannot resolve MASTER_ADDR '", host,
+                 "': ", ::gai_strerror(gai));
+      for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+        const auto until =
+            std::min(deadline, Clock::now() + std::chrono::milliseconds(kCandidateMs));
+        std::string error;
+        Fd fd = connect_to(ai, until, error);
+        if (fd.get() < 0) {
+          last_error = detail::cat(where, ": ", error);
+          continue;
+        }
+        try {
+          char magic[sizeof(kMagic)];
+          std::uint32_t len = 0;
+          recv_all(fd.get(), magic, sizeof(magic), until, where);
+          if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+            last_error = detail::cat(where, ": not a zero rendezvous (wrong magic)");
+            continue;
+          }
+          recv_all(fd.get(), &len, sizeof(len), until, where);
+          if (len > kMaxBlob) continue;
+          std::string their_token(len, '\0');
+          recv_all(fd.get(), their_token.data(), len, until, where);
+          if (their_token != token) {
+            last_error = detail::cat(where, ": a zero rendezvous of another job (token '",
+                                     their_token.substr(0, 64), "')");
+            continue;
+          }
+          recv_all(fd.get(), &len, sizeof(len), until, where);
+          ZERO_CHECK(len <= kMaxBlob, kCorruption, "rendezvous: ", where, " announced ", len,
+                     " bytes");
+          std::string blob(len, '\0');
+          recv_all(fd.get(), blob.data(), len, deadline, where);
+          char ack[sizeof(kMagic) + sizeof(std::int32_t)];
+          const std::int32_t r = rank;
+          std::memcpy(ack, kMagic, sizeof(kMagic));
+          std::memcpy(ack + sizeof(kMagic), &r, sizeof(r));
+          send_all(fd.get(), ack, sizeof(ack), deadline, where);
+          ::freeaddrinfo(found);
+          return blob;
+        } catch (const Error& e) {
+          if (e.code() == ErrorCode::kCorruption &&
+              e.message().find("announced") != std::string::npos) {
+            ::freeaddrinfo(found);
+            throw;
+          }
+          last_error = detail::cat(where, ": ", e.message());
+        }
       }
       ::freeaddrinfo(found);
-      char magic[sizeof(kMagic)];
-      std::uint32_t len = 0;
-      recv_all(fd.get(), magic, sizeof(magic), deadline, where);
-      ZERO_CHECK(std::memcmp(magic, kMagic, sizeof(kMagic)) == 0, kCorruption,
-                 "rendezvous: ", where, " is not a zero rendezvous (wrong magic)");
-      recv_all(fd.get(), &len, sizeof(len), deadline, where);
-      ZERO_CHECK(len <= kMaxBlob, kCorruption, "rendezvous: ", where, " announced ", len, " bytes");
-      std::string blob(len, '\0');
-      recv_all(fd.get(), blob.data(), len, deadline, where);
-      return blob;
     }
-    ::freeaddrinfo(found);
-    ZERO_CHECK(Clock::now() < deadline, kTimeout, "rendezvous: rank 0 at ", where,
-               " did not accept within ", timeout_s, " s (last error: ", last_error, ")");
+    ZERO_CHECK(Clock::now() < deadline, kTimeout, "rendezvous: no zero rank 0 answered at ", host,
+               ":", port, " (MASTER_ADDR:MASTER_PORT, and ports up to ", port + kPortCandidates - 1,
+               ") within ", timeout_s, " s (last: ", last_error, ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -181,7 +299,7 @@ std::string fetch(const std::string& host, int port, Clock::time_point deadline,
 }  // namespace
 
 std::string tcp_broadcast(const std::string& host, int port, int rank, int size,
-                          const std::string& blob, double timeout_s) {
+                          const std::string& blob, double timeout_s, const std::string& token) {
   ZERO_CHECK(size >= 1 && rank >= 0 && rank < size, kInvalidArgument, "rendezvous: rank ", rank,
              " of size ", size);
   ZERO_CHECK(port > 0 && port < 65536, kConfig, "MASTER_PORT ", port, " is not a TCP port");
@@ -189,8 +307,10 @@ std::string tcp_broadcast(const std::string& host, int port, int rank, int size,
              " bytes");
   const auto deadline = deadline_after(timeout_s);
   if (size == 1) return blob;
-  return rank == 0 ? serve(port, size, blob, deadline, timeout_s)
-                   : fetch(host, port, deadline, timeout_s);
+  ZERO_CHECK(token.size() <= kMaxBlob, kInvalidArgument, "rendezvous token of ", token.size(),
+             " bytes");
+  return rank == 0 ? serve(port, size, blob, token, deadline, timeout_s)
+                   : fetch(host, port, rank, token, deadline, timeout_s);
 }
 
 std::string file_broadcast(const std::string& path, int rank, const std::string& blob,
