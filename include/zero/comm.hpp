@@ -343,7 +343,7 @@ class ThreadGroup {
   static void run(int size, const std::function<void(Communicator&)>& fn,
                   double timeout_s = kDefaultCommTimeoutS);
 
-  struct State;  // zero/comm/thread_group.cpp
+  struct State;  // zero/comm/thread_world.hpp
 
  private:
   std::shared_ptr<State> state_;

@@ -34,6 +34,7 @@
 #include "zero/comm/event_log.hpp"
 #include "zero/comm/host_reduce.hpp"
 #include "zero/comm/ordered_worker.hpp"
+#include "zero/comm/thread_world.hpp"
 #include "zero/log.hpp"
 
 namespace zero {
@@ -43,213 +44,10 @@ namespace {
 using detail::Clock;
 using detail::CollectiveArgs;
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = "{";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += detail::cat(i == 0 ? "" : ",", ranks[i]);
-  return s + "}";
-}
-
-struct Group;
-
-// What one rank was last doing in collectives, for the launcher's message about a rank that
-// does not return (ThreadGroup::run).
-struct RankActivity {
-  std::string last;  // describe() of its last collective; empty: none issued yet
-  std::uint64_t issued = 0;
-  std::uint64_t completed = 0;  // issued - completed: in flight (or failed)
-};
-
-// Shared by every group of one ThreadGroup: the first failure, and who to wake on it.
-struct World {
-  explicit World(int size) : activity(static_cast<std::size_t>(size)) {}
-
-  std::mutex mu;
-  std::atomic<bool> failed{false};
-  ErrorCode code = ErrorCode::kRemoteFailure;
-  int failed_rank = -1;  // world rank
-  std::string reason;
-  Clock::time_point failed_at{};
-  std::vector<std::weak_ptr<Group>> groups;
-
-  // By world rank. Its own mutex: every collective of every rank touches it twice.
-  std::mutex activity_mu;
-  std::vector<RankActivity> activity;
-  void issued(int world_rank, const std::string& what) {
-    std::lock_guard lock(activity_mu);
-    RankActivity& a = activity[static_cast<std::size_t>(world_rank)];
-    a.last = what;
-    ++a.issued;
-  }
-  void completed(int world_rank) {
-    std::lock_guard lock(activity_mu);
-    ++activity[static_cast<std::size_t>(world_rank)].completed;
-  }
-  // "its last collective, all_reduce(...) on ranks {0,1}, rank 1, completed" and the like.
-  std::string doing(int world_rank) {
-    std::lock_guard lock(activity_mu);
-    const RankActivity& a = activity[static_cast<std::size_t>(world_rank)];
-    if (a.issued == 0) return "it has issued no collective";
-    if (a.issued == a.completed) {
-      return detail::cat("its last collective, ", a.last,
-                         ", completed: it is in its own code since");
-    }
-    return detail::cat(a.issued - a.completed, " collective(s) not completed, the last ", a.last);
-  }
-
-  // Records the first failure and wakes every barrier. Later failures are consequences.
-  void fail(ErrorCode c, int world_rank, std::string why);
-  std::string failure() {
-    std::lock_guard lock(mu);
-    return reason;
-  }
-};
-
-// One communicator group: a reusable barrier, the posted arguments, split scratch.
-struct Group {
-  std::shared_ptr<World> world;
-  int n;
-  std::vector<int> world_ranks;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::uint64_t generation = 0;
-  std::atomic<std::uint64_t> released_generation{0};  // == generation, for polling
-  int arrived_count = 0;
-  std::vector<char> arrived;  // in the current generation
-  std::vector<char> left;     // the rank's communicator was destroyed
-  std::vector<char> taken;    // ThreadGroup::communicator() handed this rank out
-
-  // Written by rank r before the entry barrier, read by everyone until the exit barrier.
-  std::vector<CollectiveArgs> posted;
-  std::vector<std::pair<int, int>> split_keys;  // (color, key)
-  std::vector<std::shared_ptr<Group>> split_out;
-
-  Group(std::shared_ptr<World> w, std::vector<int> ranks)
-      : world(std::move(w)),
-        n(static_cast<int>(ranks.size())),
-        world_ranks(std::move(ranks)),
-        arrived(n, 0),
-        left(n, 0),
-        taken(n, 0),
-        posted(n),
-        split_keys(n),
-        split_out(n) {}
-
-  [[noreturn]] void throw_failed(const std::string& what) {
-    ZERO_THROW(kRemoteFailure, what, ": ", world->failure());
-  }
-
-  void check_failed(const std::string& what) {
-    if (world->failed.load(std::memory_order_acquire)) throw_failed(what);
-  }
-
-  // Ranks (world numbering) that have not reached the current barrier generation.
-  std::vector<int> missing_locked() const {
-    std::vector<int> out;
-    for (int q = 0; q < n; ++q) {
-      if (!arrived[q]) out.push_back(world_ranks[q]);
-    }
-    return out;
-  }
-  std::vector<int> missing() {
-    std::lock_guard lock(mu);
-    return missing_locked();
-  }
-
-  int left_before_arriving_locked() const {
-    for (int q = 0; q < n; ++q) {
-      if (left[q] && !arrived[q]) return q;
-    }
-    return -1;
-  }
-
-  // The reusable barrier every collective step meets at. Throws kRemoteFailure when the world
-  // failed or a rank left without arriving, kTimeout when `timeout_s` passes.
-  void arrive_and_wait(int r, double timeout_s, const std::string& what) {
-    std::unique_lock lock(mu);
-    if (world->failed.load(std::memory_order_acquire)) {
-      lock.unlock();
-      throw_failed(what);
-    }
-    arrived[r] = 1;
-    if (++arrived_count == n) {
-      arrived_count = 0;
-      std::fill(arrived.begin(), arrived.end(), 0);
-      ++generation;
-      released_generation.store(generation, std::memory_order_release);
-      cv.notify_all();
-      return;
-    }
-    const std::uint64_t my_generation = generation;
-    // Poll briefly before sleeping: the others are often microseconds behind.
-    lock.unlock();
-    detail::spin_until([&] {
-      return released_generation.load(std::memory_order_acquire) != my_generation ||
-             world->failed.load(std::memory_order_acquire);
-    });
-    lock.lock();
-    const auto deadline = detail::deadline_after(timeout_s);
-    const bool released = cv.wait_until(lock, deadline, [&] {
-      return generation != my_generation || world->failed.load(std::memory_order_acquire) ||
-             left_before_arriving_locked() >= 0;
-    });
-    if (generation != my_generation) return;
-    if (world->failed.load(std::memory_order_acquire)) {
-      lock.unlock();
-      throw_failed(what);
-    }
-    if (const int q = left_before_arriving_locked(); released && q >= 0) {
-      const std::string why = detail::cat(
-          "rank ", world_ranks[q], " left (its communicator was destroyed",
-          left[q] == 2 ? " while an exception unwound its stack" : "", ") before joining ", what);
-      lock.unlock();
-      world->fail(ErrorCode::kRemoteFailure, world_ranks[q], why);
-      ZERO_THROW(kRemoteFailure, what, ": ", why);
-    }
-    const std::string missing_ranks = rank_list(missing_locked());
-    lock.unlock();
-    const std::string why = detail::cat("rank ", world_ranks[r], " timed out after ", timeout_s,
-                                        " s in ", what, " waiting for ranks ", missing_ranks);
-    world->fail(ErrorCode::kTimeout, world_ranks[r], why);
-    ZERO_THROW(kTimeout, why);
-  }
-
-  // `unwinding`: the communicator was destroyed by an exception (1 = normal exit, 2 = unwinding).
-  void leave(int r, bool unwinding) {
-    std::lock_guard lock(mu);
-    left[r] = unwinding ? 2 : 1;
-    cv.notify_all();
-  }
-};
-
-void World::fail(ErrorCode c, int world_rank, std::string why) {
-  std::vector<std::shared_ptr<Group>> to_wake;
-  {
-    std::lock_guard lock(mu);
-    if (failed.load(std::memory_order_relaxed)) return;
-    code = c;
-    failed_rank = world_rank;
-    reason = std::move(why);
-    failed_at = Clock::now();
-    failed.store(true, std::memory_order_release);
-    for (auto& g : groups) {
-      if (auto p = g.lock()) to_wake.push_back(std::move(p));
-    }
-  }
-  // Taking each group's mutex before notifying: a waiter has either seen `failed` or is asleep.
-  for (auto& g : to_wake) {
-    std::lock_guard lock(g->mu);
-    g->cv.notify_all();
-  }
-}
-
-std::shared_ptr<Group> make_group(const std::shared_ptr<World>& world, std::vector<int> ranks) {
-  auto g = std::make_shared<Group>(world, std::move(ranks));
-  std::lock_guard lock(world->mu);
-  std::erase_if(world->groups, [](const std::weak_ptr<Group>& w) { return w.expired(); });
-  world->groups.push_back(g);
-  return g;
-}
+using detail::Group;
+using detail::make_group;
+using detail::rank_list;
+using detail::World;
 
 // ---------------------------------------------------------------------------------------------
 // The work of one rank in one collective (between the barriers)
@@ -392,11 +190,7 @@ class ThreadCommunicator final : public Communicator {
     return CommHandle(std::make_unique<detail::WorkerRequest>(
         worker_.shared(), std::move(task), timeout,
         [g = group_, r = rank()](const detail::OrderedWorker::Task& t, double s) {
-          const std::string why =
-              detail::cat("rank ", g->world_ranks[r], " timed out after ", s, " s in ", t.what,
-                          "; ranks not at the collective: ", rank_list(g->missing()));
-          g->world->fail(ErrorCode::kTimeout, g->world_ranks[r], why);
-          return Error(ErrorCode::kTimeout, why, __FILE__, __LINE__);
+          return g->timed_out(r, s, t.what, g->missing());
         }));
   }
 
@@ -471,12 +265,6 @@ class ThreadCommunicator final : public Communicator {
 
 // ---------------------------------------------------------------------------------------------
 // ThreadGroup
-
-struct ThreadGroup::State {
-  std::shared_ptr<World> world;
-  std::shared_ptr<Group> group;
-  double timeout_s;
-};
 
 ThreadGroup::ThreadGroup(int size, double timeout_s) {
   ZERO_CHECK(size >= 1, kInvalidArgument, "ThreadGroup size must be >= 1, got ", size);
