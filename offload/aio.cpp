@@ -46,6 +46,8 @@ struct Op {
   bool failed = false;
   bool truncated = false;  // a read ended at end of file
   std::string error;
+  std::int64_t unit = -1;              // its trace region's unit
+  TraceClock::time_point submitted{};  // set when observed
 };
 
 struct Piece {
@@ -69,6 +71,7 @@ struct AioQueue::Impl {
   std::size_t inflight = 0;
   bool stop = false;
   bool uring = false;
+  bool observed = false;  // o.observer has a tracer or counters
   std::vector<std::thread> threads;  // the reaper (io_uring) or the workers (pool)
 #if ZERO_WITH_IO_URING
   io_uring ring{};
@@ -82,9 +85,24 @@ struct AioQueue::Impl {
                            op.file, "' failed at offset ", p.off, ": ", std::strerror(err), " (",
                            "errno ", err, ")");
   }
+  // A request's last piece is done (on the reaper / a worker, with mu held: the counters have
+  // the bytes before wait() can wake).
+  void observe(const Op& op) {
+    const detail::Observer& ob = o.observer;
+    const bool read = op.kind == IoKind::kRead;
+    if (ob.tracer != nullptr) {
+      ob.tracer->record(TraceLane::kNvme, read ? "nvme read" : "nvme write", op.submitted,
+                        TraceClock::now(), op.unit,
+                        op.failed ? -1 : static_cast<std::int64_t>(op.bytes));
+    }
+    if (ob.io != nullptr && !op.failed) {
+      detail::IoCounters::add(read ? ob.io->nvme_read : ob.io->nvme_write, op.bytes);
+    }
+  }
   void complete(const Piece& p, long res) {
     Op& op = *p.op;
     --inflight;
+    const std::size_t pieces_before = op.pieces_left;
     if (res == -EINTR || res == -EAGAIN) {
       queue.push_front(p);
     } else if (res < 0) {
@@ -108,6 +126,9 @@ struct AioQueue::Impl {
       }
     } else {
       --op.pieces_left;
+    }
+    if (observed && op.pieces_left == 0 && pieces_before > 0) [[unlikely]] {
+      observe(op);  // this piece was the request's last
     }
     if (op.pieces_left == 0 || inflight == 0) done_cv.notify_all();
     issue();
@@ -281,6 +302,7 @@ AioQueue::AioQueue(AioOptions options) : impl_(std::make_unique<Impl>()) {
   ZERO_CHECK(options.block_size > 0 && options.queue_depth > 0 && options.thread_count > 0,
              kInvalidArgument, "aio: block_size, queue_depth and thread_count must be > 0");
   impl_->o = std::move(options);
+  impl_->observed = impl_->o.observer.tracer != nullptr || impl_->o.observer.io != nullptr;
   const std::string& e = impl_->o.engine;
   ZERO_CHECK(e == "io_uring" || e == "threads", kConfig, "config key 'aio.engine' = \"", e,
              "\": expected io_uring or threads");
@@ -297,7 +319,7 @@ AioQueue::~AioQueue() {
 const char* AioQueue::engine() const noexcept { return impl_->uring ? "io_uring" : "threads"; }
 
 AioQueue::Ticket AioQueue::submit(IoKind kind, int fd, const std::string& file, void* buf,
-                                  std::size_t bytes, std::uint64_t offset) {
+                                  std::size_t bytes, std::uint64_t offset, std::int64_t unit) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lk(m.mu);
   auto op = std::make_unique<Op>();
@@ -307,6 +329,10 @@ AioQueue::Ticket AioQueue::submit(IoKind kind, int fd, const std::string& file, 
   op->buf = static_cast<char*>(buf);
   op->bytes = bytes;
   op->offset = offset;
+  op->unit = unit;
+  if (m.observed) [[unlikely]] {
+    op->submitted = TraceClock::now();
+  }
   for (std::size_t at = 0; at < bytes; at += m.o.block_size) {
     m.queue.push_back({op.get(), op->buf + at, std::min(m.o.block_size, bytes - at), offset + at});
     ++op->pieces_left;
@@ -349,13 +375,13 @@ void AioQueue::wait_all() {
 }
 
 void AioQueue::read(int fd, const std::string& file, void* buf, std::size_t bytes,
-                    std::uint64_t offset) {
-  wait(submit(IoKind::kRead, fd, file, buf, bytes, offset));
+                    std::uint64_t offset, std::int64_t unit) {
+  wait(submit(IoKind::kRead, fd, file, buf, bytes, offset, unit));
 }
 
 void AioQueue::write(int fd, const std::string& file, const void* buf, std::size_t bytes,
-                     std::uint64_t offset) {
-  wait(submit(IoKind::kWrite, fd, file, const_cast<void*>(buf), bytes, offset));
+                     std::uint64_t offset, std::int64_t unit) {
+  wait(submit(IoKind::kWrite, fd, file, const_cast<void*>(buf), bytes, offset, unit));
 }
 
 }  // namespace zero::offload

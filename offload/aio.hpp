@@ -12,6 +12,13 @@
 // O_DIRECT files need `buf`, `bytes` and `offset` aligned to kDirectAlignment; the queue does
 // not check (the kernel answers EINVAL, which is raised like any other error).
 //
+// Observed (AioOptions::observer): each request is one TraceLane::kNvme region, "nvme read" /
+// "nvme write", from submit() to the completion of its last piece, stamped on the thread that
+// sees it complete (the reaper or a pool worker), not when wait() is called; and its bytes are
+// added to IoCounters::nvme_read / nvme_write before wait() can return. A failed request is a
+// region without bytes (-1) and is not counted; a request of 0 bytes is neither. Without an
+// observer: one branch per request.
+//
 // Thread safety: one AioQueue is used by one thread at a time (submit / wait); its background
 // threads are internal. Distinct queues are independent.
 #pragma once
@@ -22,6 +29,7 @@
 #include <string>
 
 #include "zero/config.hpp"
+#include "zero/observe.hpp"
 
 namespace zero::offload {
 
@@ -40,6 +48,9 @@ struct AioOptions {
   int queue_depth = 8;                            // pieces in flight
   int thread_count = 1;                           // workers of the thread-pool engine
   std::string engine = "io_uring";                // io_uring (threads where refused) | threads
+  // Where requests are traced and counted (see above); the tracer and counters must outlive the
+  // queue. Default: neither. Not from the config: the engine passes its own.
+  detail::Observer observer;
   static AioOptions from_config(const AioConfig& c);
 };
 
@@ -62,10 +73,11 @@ class AioQueue {
   const char* engine() const noexcept;
 
   // Starts reading/writing [offset, offset + bytes) of `fd` from/to `buf`. Returns when
-  // enqueued; wait on the ticket. `file` names the file in errors. REQUIRES: buf stays valid
-  // and untouched (for writes: unchanged) until the ticket is waited for.
+  // enqueued; wait on the ticket. `file` names the file in errors; `unit` is what the request
+  // is for in its trace region (the swapper's chunk / slot index; -1: none). REQUIRES: buf stays
+  // valid and untouched (for writes: unchanged) until the ticket is waited for.
   Ticket submit(IoKind kind, int fd, const std::string& file, void* buf, std::size_t bytes,
-                std::uint64_t offset);
+                std::uint64_t offset, std::int64_t unit = -1);
   // Blocks until the request is complete; throws its error (once). Each ticket is waited for
   // at most once; an unknown ticket is kInvalidArgument.
   void wait(Ticket t);
@@ -73,9 +85,10 @@ class AioQueue {
   void wait_all();
 
   // Convenience: submit + wait.
-  void read(int fd, const std::string& file, void* buf, std::size_t bytes, std::uint64_t offset);
+  void read(int fd, const std::string& file, void* buf, std::size_t bytes, std::uint64_t offset,
+            std::int64_t unit = -1);
   void write(int fd, const std::string& file, const void* buf, std::size_t bytes,
-             std::uint64_t offset);
+             std::uint64_t offset, std::int64_t unit = -1);
 
  private:
   struct Impl;

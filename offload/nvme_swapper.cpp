@@ -317,17 +317,19 @@ void ChunkSwapper::check_no_hole(std::size_t first, std::size_t last) const {
 
 void ChunkSwapper::read_slot(std::size_t c, void* buf) {
   check_no_hole(c, c + 1);
-  aio_.read(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c));
+  aio_.read(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c),
+            static_cast<std::int64_t>(c));
 }
 
 AioQueue::Ticket ChunkSwapper::submit_read_slot(std::size_t c, void* buf) {
   check_no_hole(c, c + 1);
   return aio_.submit(IoKind::kRead, file_.fd(), file_.label(), buf, slot_bytes(c),
-                     slot_offset_.at(c));
+                     slot_offset_.at(c), static_cast<std::int64_t>(c));
 }
 
 void ChunkSwapper::write_slot(std::size_t c, const void* buf) {
-  aio_.write(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c));
+  aio_.write(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c),
+             static_cast<std::int64_t>(c));
   mark_written(c);
 }
 
@@ -365,7 +367,8 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
           const std::size_t s = next_read % nb;
           settle_write(s);  // the set's previous chunk must have landed before it is reused
           reading[s] = aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s],
-                                   slot_bytes(next_read), slot_offset_[next_read]);
+                                   slot_bytes(next_read), slot_offset_[next_read],
+                                   static_cast<std::int64_t>(next_read));
         }
         aio_.wait(std::exchange(reading[set], kNone));
       } else {
@@ -382,7 +385,7 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
       fn(st);
       if (write) {
         writing[set] = aio_.submit(IoKind::kWrite, file_.fd(), path, aligned_[set], slot_bytes(c),
-                                   slot_offset_[c]);
+                                   slot_offset_[c], static_cast<std::int64_t>(c));
         mark_written(c);
         if (!o_.pipeline_write) settle_write(set);
       }

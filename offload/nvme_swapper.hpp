@@ -100,6 +100,8 @@ class ChunkSwapper {
     std::size_t buffer_count = 4;
     bool pipeline_read = true;
     bool pipeline_write = true;
+    // aio.observer: each slot read / write is a kNvme region whose unit is the chunk (slot)
+    // index, and is counted in nvme_read / nvme_write (see aio.hpp).
     AioOptions aio;
   };
   // A chunk in a staging buffer: part k of chunk `chunk` at part[k] (count elements).

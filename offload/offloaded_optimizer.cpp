@@ -16,7 +16,7 @@ using detail::Chunk;
 OffloadedOptimizer::OffloadedOptimizer(const detail::Placement& placement, const Config& config,
                                        DeviceOps& dev, const CpuOptimizer& host,
                                        const OptimizerParams& params, MemoryTracker& tracker,
-                                       ShardAccess& access)
+                                       ShardAccess& access, detail::Observer observer)
     : placement_(placement),
       dev_(dev),
       host_(host),
@@ -24,7 +24,8 @@ OffloadedOptimizer::OffloadedOptimizer(const detail::Placement& placement, const
       tracker_(tracker),
       access_(access),
       w_(placement.in.working),
-      r_(placement.in.reduce) {
+      r_(placement.in.reduce),
+      observer_(observer) {
   ZERO_CHECK(placement.offloaded, kInternal, "OffloadedOptimizer without optimizer offload");
   master_ = detail::allocate(placement.master, dev, tracker, {.zero = true});
   for (int k = 0; k < params.num_states(); ++k) {
@@ -44,6 +45,7 @@ OffloadedOptimizer::OffloadedOptimizer(const detail::Placement& placement, const
     so.pipeline_read = oo.pipeline_read;
     so.pipeline_write = oo.pipeline_write;
     so.aio = AioOptions::from_config(config.aio);
+    so.aio.observer = observer;
     swapper_ = std::make_unique<ChunkSwapper>(tracker, placement.optim_chunk_elems,
                                               placement.optim_parts, std::move(so));
     return;
@@ -86,6 +88,12 @@ void OffloadedOptimizer::chunk_step(const OptimizerParams& p, std::size_t c, flo
     const std::size_t ahead = std::min(placement_.chunks.size(), c + (buffers > 1 ? 2 : 1));
     while (grads_issued_ < ahead) issue_grad_copy(grads_issued_++);
     dev_.wait(grad_fence_[b]);
+    if (observer_.tracer != nullptr) [[unlikely]] {
+      const CopyInFlight& g = grad_copy_[b];
+      observer_.tracer->record(TraceLane::kOffload, "grads to host", g.begin, TraceClock::now(),
+                               static_cast<std::int64_t>(g.chunk),
+                               static_cast<std::int64_t>(g.bytes));
+    }
     grad = static_cast<const char*>(staging_grad_[b].data());
   }
   ShardRef part;
@@ -96,22 +104,40 @@ void OffloadedOptimizer::chunk_step(const OptimizerParams& p, std::size_t c, flo
   for (int k = 0; k < params_.num_states(); ++k) part.state[k] = state_part[k];
   char* params = access_.params(ch.unit) + ch.at * ws;
   if (w_ != DType::kF32) {
-    if (param_fence_[b] != 0) dev_.wait(std::exchange(param_fence_[b], 0));
+    if (param_fence_[b] != 0) {
+      const std::uint64_t fence = std::exchange(param_fence_[b], 0);
+      dev_.wait(fence);
+      copies_out_waited(fence);
+    }
     part.param_copy = staging_param_[b].data();
     part.param_copy_dtype = w_;
   }
-  host_.step(p, part, step, grad_scale);
+  {
+    const std::size_t state_bytes =
+        static_cast<std::size_t>(params_.num_states()) * dtype_size(params_.state_dtype());
+    TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer chunk",
+                      static_cast<std::int64_t>(c),
+                      static_cast<std::int64_t>(ch.count * (4 + state_bytes)));
+    host_.step(p, part, step, grad_scale);
+  }
   // fp32: the parameters are the master's copy.
   const void* updated = w_ != DType::kF32 ? part.param_copy : part.master;
   const bool in_window = access_.params_on_nvme(ch.unit);
   if (in_window) {
     std::memcpy(params, updated, ch.count * ws);  // the window is host memory
   } else {
+    const TraceClock::time_point copy_begin = trace_now();
     dev_.copy(params, updated, ch.count * ws, DeviceOps::Lane::kCopy);
+    count(&detail::IoCounters::host_to_device, ch.count * ws);
     if (w_ != DType::kF32) {
       param_fence_[b] = dev_.record(DeviceOps::Lane::kCopy);
+      trace_copy_out(copy_begin, c, ch.count * ws, param_fence_[b]);
     } else if (placement_.nvme_optimizer) {
       dev_.wait(dev_.record(DeviceOps::Lane::kCopy));  // the swapper reuses the master's buffer
+      trace_copy_out(copy_begin, c, ch.count * ws, 0);
+    } else if (observer_.tracer != nullptr) [[unlikely]] {
+      // Nothing waits for this copy before the step's end: a point for its region alone.
+      trace_copy_out(copy_begin, c, ch.count * ws, dev_.record(DeviceOps::Lane::kCopy));
     }
   }
   // The window now holds the unit's whole updated shard: back to its file slot.
@@ -124,9 +150,78 @@ void OffloadedOptimizer::chunk_step(const OptimizerParams& p, std::size_t c, flo
 void OffloadedOptimizer::issue_grad_copy(std::size_t c) {
   const Chunk& ch = placement_.chunks[c];
   const std::size_t rs = dtype_size(r_), b = c % placement_.in.offload_buffers;
+  const TraceClock::time_point begin = trace_now();
   dev_.copy(staging_grad_[b].data(), access_.grads(ch.unit) + ch.at * rs, ch.count * rs,
             DeviceOps::Lane::kCopy);
   grad_fence_[b] = dev_.record(DeviceOps::Lane::kCopy);
+  count(&detail::IoCounters::device_to_host, ch.count * rs);
+  if (observer_.tracer != nullptr) [[unlikely]] {
+    grad_copy_[b] = {begin, grad_fence_[b], c, ch.count * rs};  // ends at chunk c's wait
+  }
+}
+
+// ---- observation
+
+void OffloadedOptimizer::count(std::atomic<std::uint64_t> detail::IoCounters::*counter,
+                               std::size_t bytes) {
+  if (observer_.io != nullptr) [[unlikely]] {
+    detail::IoCounters::add(observer_.io->*counter, bytes);
+  }
+}
+
+TraceClock::time_point OffloadedOptimizer::trace_now() const {
+  return observer_.tracer != nullptr ? TraceClock::now() : TraceClock::time_point{};
+}
+
+void OffloadedOptimizer::trace_copy_out(TraceClock::time_point begin, std::size_t c,
+                                        std::size_t bytes, std::uint64_t fence) {
+  if (observer_.tracer == nullptr) [[likely]] {
+    return;
+  }
+  if (fence == 0) {
+    observer_.tracer->record(TraceLane::kOffload, "params to device", begin, TraceClock::now(),
+                             static_cast<std::int64_t>(c), static_cast<std::int64_t>(bytes));
+    return;
+  }
+  copies_out_.push_back({begin, fence, c, bytes});
+}
+
+void OffloadedOptimizer::copies_out_waited(std::uint64_t fence) {
+  if (observer_.tracer == nullptr || copies_out_.empty()) [[likely]] {
+    return;
+  }
+  const TraceClock::time_point now = TraceClock::now();
+  std::erase_if(copies_out_, [&](const CopyInFlight& copy) {
+    if (copy.fence != fence) return false;
+    observer_.tracer->record(TraceLane::kOffload, "params to device", copy.begin, now,
+                             static_cast<std::int64_t>(copy.chunk),
+                             static_cast<std::int64_t>(copy.bytes));
+    return true;
+  });
+}
+
+void OffloadedOptimizer::all_copies_out_waited() {
+  if (observer_.tracer == nullptr || copies_out_.empty()) [[likely]] {
+    return;
+  }
+  const TraceClock::time_point now = TraceClock::now();
+  for (const CopyInFlight& copy : copies_out_) {
+    observer_.tracer->record(TraceLane::kOffload, "params to device", copy.begin, now,
+                             static_cast<std::int64_t>(copy.chunk),
+                             static_cast<std::int64_t>(copy.bytes));
+  }
+  copies_out_.clear();
+}
+
+// On a discrete device to_host_f32 copies the parameters to the host first; on the CPU device
+// it reads them in place. Counted alike, as device -> host traffic.
+void OffloadedOptimizer::master_from_params(const char* src, bool on_device, float* out,
+                                            std::size_t n, std::int64_t chunk) {
+  const std::size_t bytes = n * dtype_size(w_);
+  TraceScope region(on_device ? observer_.tracer : nullptr, TraceLane::kOffload, "params to host",
+                    chunk, static_cast<std::int64_t>(bytes));
+  detail::to_host_f32(dev_, tracker_, src, w_, on_device, out, n);
+  if (on_device) count(&detail::IoCounters::device_to_host, bytes);
 }
 
 void OffloadedOptimizer::step(const OptimizerParams& p, std::int64_t step, float grad_scale) {
@@ -136,6 +231,9 @@ void OffloadedOptimizer::step(const OptimizerParams& p, std::int64_t step, float
   param_fence_.assign(placement_.in.offload_buffers, 0);
   grad_fence_.assign(placement_.in.offload_buffers, 0);
   grads_issued_ = 0;
+  if (observer_.tracer != nullptr) [[unlikely]] {
+    grad_copy_.assign(placement_.in.offload_buffers, CopyInFlight{});
+  }
   if (placement_.nvme_optimizer) {
     write_nvme_state();
     swapper_->run(0, placement_.chunks.size(), /*read=*/true, /*write=*/true,
@@ -154,6 +252,7 @@ void OffloadedOptimizer::step(const OptimizerParams& p, std::int64_t step, float
     }
   }
   dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
+  all_copies_out_waited();
   dev_.join(DeviceOps::Lane::kCompute, DeviceOps::Lane::kCopy);
 }
 
@@ -166,9 +265,9 @@ void OffloadedOptimizer::write_nvme_state() {
                   const Chunk& ch = placement_.chunks[s.chunk];
                   const bool in_window = access_.params_on_nvme(ch.unit);
                   if (ch.at == 0 && in_window) access_.load_params(ch.unit);
-                  detail::to_host_f32(dev_, tracker_,
-                                      access_.params(ch.unit) + ch.at * dtype_size(w_), w_,
-                                      !in_window, reinterpret_cast<float*>(s.part[0]), ch.count);
+                  master_from_params(access_.params(ch.unit) + ch.at * dtype_size(w_), !in_window,
+                                     reinterpret_cast<float*>(s.part[0]), ch.count,
+                                     static_cast<std::int64_t>(s.chunk));
                   ShardRef z;
                   z.count = ch.count;
                   for (int k = 0; k < params_.num_states(); ++k) z.state[k] = s.part[1 + k];
@@ -211,8 +310,8 @@ void OffloadedOptimizer::copy_state(UnitId u, int k, void* out) {
 void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi) {
   const bool on_device = !access_.params_on_nvme(u);
   if (!placement_.nvme_optimizer) {
-    detail::to_host_f32(dev_, tracker_, access_.params(u) + lo * dtype_size(w_), w_, on_device,
-                        master(u) + lo, hi - lo);
+    master_from_params(access_.params(u) + lo * dtype_size(w_), on_device, master(u) + lo,
+                       hi - lo, -1);
     return;
   }
   // Before the file is first written it is made from the working copy; after, the chunks that
@@ -221,8 +320,9 @@ void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi
   nvme_unit_pass(u, /*write=*/true, [&](const Chunk& ch, const ChunkSwapper::Staged& s) {
     const std::size_t clo = std::max(lo, ch.at), chi = std::min(hi, ch.at + ch.count);
     if (clo >= chi) return;
-    detail::to_host_f32(dev_, tracker_, access_.params(u) + clo * dtype_size(w_), w_, on_device,
-                        reinterpret_cast<float*>(s.part[0]) + (clo - ch.at), chi - clo);
+    master_from_params(access_.params(u) + clo * dtype_size(w_), on_device,
+                       reinterpret_cast<float*>(s.part[0]) + (clo - ch.at), chi - clo,
+                       static_cast<std::int64_t>(s.chunk));
   });
 }
 

@@ -15,6 +15,15 @@
 // its last copy out has landed); on the CPU device both sides are host memory, so the pipeline
 // runs and is tested and the host tier saves nothing.
 //
+// Observed (the engine's Observer): each chunk's host step is a TraceLane::kOptimizer region
+// "optimizer chunk" (unit: the chunk index; bytes: its master and state); each gradient copy in
+// "grads to host" and parameter copy out "params to device" a kOffload region (unit: the chunk;
+// bytes: the copy's), counted in IoCounters::device_to_host / host_to_device. On the CPU device
+// those copies are memcpy between host buffers and are counted all the same: they are the
+// traffic a discrete device would carry. So is the master made from the working parameters on
+// the device (NVMe: the first write of the file; refresh_master), "params to host". The NVMe
+// reads and writes are the swapper's queue's (aio.hpp).
+//
 // Thread safety: belongs to one rank's engine; used from the rank's thread.
 #pragma once
 
@@ -27,6 +36,7 @@
 #include "offload/nvme_swapper.hpp"
 #include "zero/config.hpp"
 #include "zero/device_ops.hpp"
+#include "zero/observe.hpp"
 #include "zero/optimizer.hpp"
 #include "zero/placement.hpp"
 
@@ -50,10 +60,11 @@ class ShardAccess {
 
 class OffloadedOptimizer {
  public:
-  // REQUIRES: placement.offloaded; placement, dev, host and access outlive this.
+  // REQUIRES: placement.offloaded; placement, dev, host, access and the observer's tracer and
+  // counters (either may be null) outlive this.
   OffloadedOptimizer(const detail::Placement& placement, const Config& config, DeviceOps& dev,
                      const CpuOptimizer& host, const OptimizerParams& params,
-                     MemoryTracker& tracker, ShardAccess& access);
+                     MemoryTracker& tracker, ShardAccess& access, detail::Observer observer);
   OffloadedOptimizer(const OffloadedOptimizer&) = delete;
   OffloadedOptimizer& operator=(const OffloadedOptimizer&) = delete;
 
@@ -78,6 +89,19 @@ class OffloadedOptimizer {
   void chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,
                   char* const* state_part, std::int64_t step, float grad_scale);
   void issue_grad_copy(std::size_t c);
+  // ---- observation (each a branch when neither tracer nor counters are attached)
+  void count(std::atomic<std::uint64_t> detail::IoCounters::*counter, std::size_t bytes);
+  TraceClock::time_point trace_now() const;
+  // A parameter copy out enqueued at `begin`: its region ends when the host waits for `fence`
+  // (0: complete already).
+  void trace_copy_out(TraceClock::time_point begin, std::size_t c, std::size_t bytes,
+                      std::uint64_t fence);
+  void copies_out_waited(std::uint64_t fence);  // the host waited for `fence`
+  void all_copies_out_waited();
+  // n working parameters at src (device memory when on_device) converted into the master at
+  // out; `chunk` names the region (-1: none).
+  void master_from_params(const char* src, bool on_device, float* out, std::size_t n,
+                          std::int64_t chunk);
   void write_nvme_state();
   void nvme_unit_pass(
       UnitId u, bool write,
@@ -98,6 +122,18 @@ class OffloadedOptimizer {
   std::size_t grads_issued_ = 0;            // chunks whose gradient copy in has been issued
   std::unique_ptr<ChunkSwapper> swapper_;
   bool nvme_written_ = false;
+  detail::Observer observer_;
+  // Tracing on: the copies in flight, from enqueue to the host's wait on their fence (on a CUDA
+  // copy stream a region is thus an upper bound of the transfer; on the CPU device the copy is
+  // done when enqueued).
+  struct CopyInFlight {
+    TraceClock::time_point begin{};
+    std::uint64_t fence = 0;
+    std::size_t chunk = 0;
+    std::size_t bytes = 0;
+  };
+  std::vector<CopyInFlight> grad_copy_;  // per staging buffer: its chunk's gradient copy in
+  std::vector<CopyInFlight> copies_out_;  // parameter copies out not yet waited for
 };
 
 }  // namespace zero::offload

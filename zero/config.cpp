@@ -436,6 +436,14 @@ void read_aio(Reader r, AioConfig& a) {
   r.finish();
 }
 
+void read_trace(Reader r, TraceConfig& t) {
+  r.get("enabled", t.enabled);
+  r.get("path", t.path);
+  if (t.path.empty()) r.fail_msg("path", "must name a file");
+  r.get_int("capacity", t.capacity, 1, std::int64_t{1} << 32);
+  r.finish();
+}
+
 }  // namespace
 
 namespace detail {
@@ -466,6 +474,7 @@ Config read_config(const json& doc) {
   }
   read_checkpointing(r.sub("activation_checkpointing"), c.activation_checkpointing);
   read_aio(r.sub("aio"), c.aio);
+  read_trace(r.sub("trace"), c.trace);
   r.get_num("comm_timeout_s", c.comm_timeout_s, kMinCommTimeoutS, 1e7);
   r.get("comm_backend", c.comm_backend, {"auto", "thread", "mpi", "nccl"});
   r.get("communication_data_type", c.communication_data_type, {"fp32", "fp16", "bf16"});

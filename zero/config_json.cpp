@@ -93,6 +93,8 @@ std::string Config::to_json() const {
               {"single_submit", aio.single_submit},
               {"overlap_events", aio.overlap_events},
               {"engine", aio.engine}}},
+            {"trace",
+             {{"enabled", trace.enabled}, {"path", trace.path}, {"capacity", trace.capacity}}},
             {"comm_timeout_s", comm_timeout_s}};
   // "auto" (the default) is not accepted as a value (HuggingFace's placeholder): left out.
   if (comm_backend != "auto") j["comm_backend"] = comm_backend;

@@ -1,6 +1,7 @@
 // The CUDA runtime surface of a CUDA build. Device detection happens once; without a driver or
 // device (cudaGetDeviceCount fails, e.g. 35 = insufficient driver) the count is 0.
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>  // header-only NVTX 3 (CUDA toolkit)
 
 #include "zero/detail/cuda_runtime.hpp"
 #include "zero/error.hpp"
@@ -98,5 +99,8 @@ DeviceMemoryInfo mem_info(int device) {
   info.total_bytes = total_b;
   return info;
 }
+
+void nvtx_push(const char* name) noexcept { nvtxRangePushA(name); }
+void nvtx_pop() noexcept { nvtxRangePop(); }
 
 }  // namespace zero::detail::cuda

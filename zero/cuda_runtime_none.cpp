@@ -21,5 +21,7 @@ void* host_alloc(std::size_t bytes) {
 }
 void host_free(void*) noexcept {}
 DeviceMemoryInfo mem_info(int) { return {}; }
+void nvtx_push(const char*) noexcept {}
+void nvtx_pop() noexcept {}
 
 }  // namespace zero::detail::cuda

@@ -167,6 +167,8 @@ GatherGuard Engine::gather(UnitId u) {
   Impl& m = *impl_;
   m.check_unit(u, "gather");
   m.lay_out();
+  m.open_window();
+  detail::PhaseTimer phase(m.window.gather_s, m.tracer, TraceLane::kEngine, "gather", u);
   m.gatherer->gather(u);
   return GatherGuard(this, u);
 }
@@ -206,12 +208,27 @@ void Engine::grads_ready(UnitId u) {
   m.lay_out();
   ZERO_CHECK(!m.reducer->ready(u), kInvalidArgument, "grads_ready('", m.name(u),
              "') called twice in one micro-step");
+  m.open_window();
+  detail::PhaseTimer phase(m.window.grads_ready_s, m.tracer, TraceLane::kEngine, "grads_ready",
+                           u);
   m.reducer->grads_ready(u);
 }
 
 StepResult Engine::step() {
   Impl& m = *impl_;
   m.lay_out();
+  m.open_window();
+  StepResult res;
+  {
+    detail::PhaseTimer phase(m.window.step_s, m.tracer, TraceLane::kEngine, "step");
+    res = step_impl();
+  }
+  res.metrics = m.close_window(res.boundary);
+  return res;
+}
+
+StepResult Engine::step_impl() {
+  Impl& m = *impl_;
   StepResult res;
   if (m.ownership == detail::Ownership::kManaged) {
     for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
@@ -234,9 +251,12 @@ StepResult Engine::step() {
   if (m.reducer->micro_steps() < accumulation) return res;
   res.boundary = true;
 
+  std::optional<detail::PhaseTimer> reduce_phase;
+  reduce_phase.emplace(m.window.reduce_s, m.tracer, TraceLane::kEngine, "reduce");
   m.reducer->reduce_at_boundary();
   const detail::GradTotals totals = m.reducer->totals();
   m.reducer->end_window();
+  reduce_phase.reset();
   // DeepSpeed's accumulation: the step's gradient is the mean over the micro-steps (the ranks
   // were averaged by the reductions), so the norm and the update divide the sum by A.
   const double scale = m.scaler.scale();
@@ -267,14 +287,24 @@ StepResult Engine::step() {
   const float grad_scale = m.scaler.grad_scale(coef, divisor);
   OptimizerParams p = m.oparams;
   p.lr = res.lr;
-  if (m.offloaded) {
-    m.offloaded->step(p, m.steps + 1, grad_scale);
-  } else {
-    std::vector<ShardRef> refs;
-    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) refs.push_back(m.shard_ref(u));
-    m.dev->optimizer_step(p, refs.data(), refs.size(), m.steps + 1, grad_scale);
+  {
+    detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
+    if (m.offloaded) {
+      m.offloaded->step(p, m.steps + 1, grad_scale);
+    } else {
+      TraceScope region(m.tracer, TraceLane::kOptimizer, "optimizer step");
+      std::vector<ShardRef> refs;
+      for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
+        refs.push_back(m.shard_ref(u));
+      }
+      m.dev->optimizer_step(p, refs.data(), refs.size(), m.steps + 1, grad_scale);
+    }
   }
-  m.gatherer->gather_updated();
+  {
+    detail::PhaseTimer phase(m.window.param_gather_s, m.tracer, TraceLane::kEngine,
+                             "gather updated");
+    m.gatherer->gather_updated();
+  }
   ++m.steps;
   m.scaler.update(/*overflow=*/false);
   res.applied = true;

@@ -16,6 +16,7 @@
 #include "zero/host_staging.hpp"
 #include "zero/loss_scaler.hpp"
 #include "zero/lr_schedule.hpp"
+#include "zero/observe.hpp"
 #include "zero/optimizer.hpp"
 #include "zero/param_gatherer.hpp"
 #include "zero/placement.hpp"
@@ -59,6 +60,17 @@ struct Engine::Impl final : offload::ShardAccess {
   std::int64_t steps = 0;
   std::int64_t skipped = 0;
 
+  // What the run looks like from here (StepMetrics, the timeline): the tracer (the caller's or
+  // our own; null when off), the offload byte counters, the window being measured.
+  std::unique_ptr<Tracer> own_tracer;
+  Tracer* tracer = nullptr;
+  detail::IoCounters io;
+  StepMetrics window;
+  bool window_open = false;
+  TraceClock::time_point window_start;
+  CommStats comm_at_start;
+  std::uint64_t io_at_start[4] = {};
+
   Impl(Communicator& c, const Config& config, EngineOptions o, detail::Ownership own)
       : comm(c),
         cfg(config),
@@ -77,6 +89,13 @@ struct Engine::Impl final : offload::ShardAccess {
     } else {
       tracker = opts.tracker;
     }
+    tracer = opts.tracer;
+    if (tracer == nullptr && cfg.trace.enabled) {
+      own_tracer =
+          std::make_unique<Tracer>(c.rank(), static_cast<std::size_t>(cfg.trace.capacity));
+      tracer = own_tracer.get();
+    }
+    if (tracer != nullptr) c.set_tracer(tracer);
     if (!opts.poison_released.has_value()) {
 #ifdef NDEBUG
       opts.poison_released = false;
@@ -97,6 +116,23 @@ struct Engine::Impl final : offload::ShardAccess {
     input = detail::placement_input(cfg, {}, c.size(), c.rank(), opts.alignment, own,
                                     dev->host_accessible());
   }
+
+  // The rooms wait for their collectives in flight as they go; only then may the communicator
+  // forget the tracer (its workers record into it until the last collective completes).
+  ~Impl() {
+    offloaded.reset();
+    gatherer.reset();
+    reducer.reset();
+    if (tracer != nullptr && comm.tracer() == tracer) comm.set_tracer(nullptr);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  detail::Observer observer() { return {tracer, &io}; }
+  // The measured window (StepMetrics): opened by the first hook after a boundary, closed by
+  // the boundary's step().
+  void open_window();
+  StepMetrics close_window(bool boundary);
 
   bool laid_out() const { return placement.has_value(); }
   const detail::Placement& place() const { return *placement; }
@@ -128,13 +164,13 @@ struct Engine::Impl final : offload::ShardAccess {
       // The padding must be zero (it is stepped and gathered like the rest).
       dev->fill(trainer_params + numel * dtype_size(w), 0, (need - numel) * dtype_size(w));
     }
-    gatherer = std::make_unique<detail::ParamGatherer>(p, cfg, comm, *dev, *tracker,
-                                                       *opts.poison_released, trainer_params);
+    gatherer = std::make_unique<detail::ParamGatherer>(
+        p, cfg, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
     reducer = std::make_unique<detail::GradReducer>(p, comm, *dev, host_optimizer, *tracker,
                                                     trainer_grads);
     if (p.offloaded) {
-      offloaded = std::make_unique<offload::OffloadedOptimizer>(p, cfg, *dev, host_optimizer,
-                                                                oparams, *tracker, *this);
+      offloaded = std::make_unique<offload::OffloadedOptimizer>(
+          p, cfg, *dev, host_optimizer, oparams, *tracker, *this, observer());
       return;
     }
     master = detail::allocate(p.master, *dev, *tracker, {.zero = true});

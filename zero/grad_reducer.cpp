@@ -89,6 +89,7 @@ void GradReducer::grads_ready(UnitId u) {
       p.source = Source::kReducePool;
     }
     char* base = static_cast<char*>(p.buffer.data());
+    comm_.tag_next(u);
     p.handle = comm_.reduce_scatter_async(base, at(base, placement_.own_begin(u), r_), ul.shard, r_,
                                           ReduceOp::kAvg);
     pending_.push_back(std::move(p));
@@ -124,6 +125,7 @@ void GradReducer::launch_bucket(int b) {
   p.buffer = std::move(bucket_staging_[static_cast<std::size_t>(b)]);
   p.source = Source::kBucketPool;
   char* base = static_cast<char*>(p.buffer.data());
+  comm_.tag_next(bucket.first);
   p.handle = comm_.reduce_scatter_async(
       base, at(base, static_cast<std::size_t>(placement_.in.rank) * bucket.shard, r_), bucket.shard,
       r_, ReduceOp::kAvg);
@@ -216,6 +218,7 @@ void GradReducer::reduce_at_boundary() {
     p.boundary = true;
     if (!bucket.merged()) {  // in place on the whole unit
       char* base = unit_acc(bucket.first);
+      comm_.tag_next(bucket.first);
       p.handle = comm_.reduce_scatter_async(base, at(base, placement_.own_begin(bucket.first), r_),
                                             placement_.lay(bucket.first).shard, r_, ReduceOp::kAvg);
       pending_.push_back(std::move(p));
@@ -232,6 +235,7 @@ void GradReducer::reduce_at_boundary() {
       }
     }
     char* base = static_cast<char*>(p.buffer.data());
+    comm_.tag_next(bucket.first);
     p.handle = comm_.reduce_scatter_async(base, at(base, rank * bucket.shard, r_), bucket.shard, r_,
                                           ReduceOp::kAvg);
     pending_.push_back(std::move(p));

@@ -27,13 +27,14 @@ void PrefetchCoordinator::end_micro_step() {
 
 ParamGatherer::ParamGatherer(const Placement& placement, const Config& config, Communicator& comm,
                              DeviceOps& dev, MemoryTracker& tracker, bool poison_released,
-                             char* trainer_params)
+                             char* trainer_params, Observer observer)
     : placement_(placement),
       comm_(comm),
       dev_(dev),
       w_(placement.in.working),
       poison_(poison_released),
       trainer_params_(trainer_params),
+      observer_(observer),
       params_whole_(allocate(placement.params_whole, dev, tracker, {.zero = true})),
       params_shard_(allocate(placement.params_shard, dev, tracker, {.zero = true})),
       gather_pool_(dev, tracker, placement.gather_pool),
@@ -48,6 +49,7 @@ ParamGatherer::ParamGatherer(const Placement& placement, const Config& config, C
   so.origin = "config key 'zero_optimization.offload_param.nvme_path'";
   so.buffer_count = 0;  // the window is the only buffer
   so.aio = offload::AioOptions::from_config(config.aio);
+  so.aio.observer = observer;
   swapper_ = std::make_unique<offload::ChunkSwapper>(tracker, placement.param_slot_elems,
                                                      placement.param_parts, std::move(so));
   window_mem_ = allocate(placement.param_window, dev, tracker, {.zero = true});
@@ -119,10 +121,12 @@ void ParamGatherer::start_gather(UnitId u, bool async) {
   } else if (placement_.host_params && !dev_.host_accessible()) {
     // A pinned host shard: copied into its place, all-gathered in place on the device.
     dev_.copy(own, at(params_shard_.data(), up.params_offset, w_), shard_bytes);
+    if (observer_.io != nullptr) IoCounters::add(observer_.io->host_to_device, shard_bytes);
     send = own;
   } else {
     send = at(params_shard_.data(), up.params_offset, w_);
   }
+  comm_.tag_next(u);
   if (async) {
     us.prefetch = comm_.all_gather_async(send, us.gathered.data(), ul.shard, w_);
   } else {
@@ -157,6 +161,7 @@ void ParamGatherer::launch_deferred() {
     const UnitLayout& ul = placement_.lay(u);
     char* own = at(us.gathered.data(), placement_.own_begin(u), w_);
     dev_.copy(own, read_target(u), ul.shard * dtype_size(w_));
+    comm_.tag_next(u);
     us.prefetch = comm_.all_gather_async(own, us.gathered.data(), ul.shard, w_);
   }
 }
@@ -247,6 +252,7 @@ void ParamGatherer::gather_updated() {
     f.bucket = static_cast<int>(bi);
     if (!b.merged()) {  // in place in the unit
       char* base = at(whole_base(), placement_.unit(b.first).params_offset, w_);
+      comm_.tag_next(b.first);
       f.handle = comm_.all_gather_async(at(base, placement_.own_begin(b.first), w_), base,
                                         placement_.lay(b.first).shard, w_);
       in_flight.push_back(std::move(f));
@@ -260,6 +266,7 @@ void ParamGatherer::gather_updated() {
                 at(whole_base(), up.params_offset + placement_.own_begin(u), w_),
                 placement_.lay(u).shard * ws);
     }
+    comm_.tag_next(b.first);
     f.handle = comm_.all_gather_async(own, f.staging.data(), b.shard, w_);
     in_flight.push_back(std::move(f));
     ++merged;

@@ -27,6 +27,7 @@
 #include "zero/config.hpp"
 #include "zero/device_ops.hpp"
 #include "zero/grad_reducer.hpp"
+#include "zero/observe.hpp"
 #include "zero/placement.hpp"
 
 namespace zero::detail {
@@ -56,8 +57,12 @@ class PrefetchCoordinator {
 class ParamGatherer {
  public:
   // trainer_params: attach mode, the trainer's flat parameter buffer (W); null when managed.
+  // observer: where the shard file's NVMe requests are traced and counted, and the pinned
+  // shards' copies to the device counted (its tracer and counters, either may be null, outlive
+  // this).
   ParamGatherer(const Placement& placement, const Config& config, Communicator& comm,
-                DeviceOps& dev, MemoryTracker& tracker, bool poison_released, char* trainer_params);
+                DeviceOps& dev, MemoryTracker& tracker, bool poison_released, char* trainer_params,
+                Observer observer);
   ~ParamGatherer();  // waits for prefetches in flight (logging failures)
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
@@ -119,6 +124,7 @@ class ParamGatherer {
   DType w_;
   bool poison_;
   char* trainer_params_;
+  Observer observer_;
   Buffer params_whole_, params_shard_;
   // offload_param = nvme: the shards' swap file and the window that carries a shard between the
   // file and its users.

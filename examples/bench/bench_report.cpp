@@ -27,13 +27,13 @@ std::string ratio(double measured, double predicted) {
   return b;
 }
 
+}  // namespace
+
 std::string label(const ConfigFigures& c) {
   return "stage " + std::to_string(c.stage) +
          (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint) +
          (c.offload == "none" || c.offload.empty() ? "" : " +off " + c.offload);
 }
-
-}  // namespace
 
 std::size_t RankFigures::category(MemCategory c) const {
   std::size_t s = 0;
@@ -137,10 +137,12 @@ std::string format_config(const ConfigFigures& c) {
   os << line;
   for (const auto& r : c.per_rank) {
     std::snprintf(line, sizeof line,
-                  "  rank %d: model states %s, peak %s, step %.1f ms, comm %s/step, loss %.4f\n",
+                  "  rank %d: model states %s, peak %s, step %.1f ms, comm %s/step (%.1f ms "
+                  "executing, %.1f ms exposed), loss %.4f\n",
                   r.rank, mib(static_cast<double>(r.model_state())).c_str(),
                   mib(static_cast<double>(r.total_peak)).c_str(), r.step_ms,
-                  mib(static_cast<double>(r.comm_bytes_per_step)).c_str(), r.last_loss);
+                  mib(static_cast<double>(r.comm_bytes_per_step)).c_str(), r.comm_busy_ms,
+                  r.comm_wait_ms, r.last_loss);
     os << line;
   }
   std::snprintf(
@@ -159,9 +161,12 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
   std::ostringstream os;
   char line[512];
   os << "== summary (per rank, rank 0; model states less declared buffers)\n";
-  std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8s %8s\n", "config",
-                "model states", "formula", "ratio", "vs stage 0", "activations", "peak total",
-                "step ms", "vs st.0");
+  bool traced = false;
+  for (const auto& c : all) traced = traced || c.per_rank.front().traced_step_ms > 0;
+  std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8s %8s %8s %8s%s\n",
+                "config", "model states", "formula", "ratio", "vs stage 0", "activations",
+                "peak total", "step ms", "vs st.0", "comm ms", "exposed",
+                traced ? "  traced ms  traced/off" : "");
   os << line;
   std::size_t stage0_state = 0;
   for (const auto& c : all) {
@@ -175,13 +180,19 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
     if (stage0_state > 0) {
       std::snprintf(vs0, sizeof vs0, "%.3f", static_cast<double>(r.model_state()) / stage0_state);
     }
-    std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8.1f %8s\n",
+    char trace_cols[64] = "";
+    if (r.traced_step_ms > 0) {
+      std::snprintf(trace_cols, sizeof trace_cols, " %10.1f %11s", r.traced_step_ms,
+                    ratio(r.traced_step_ms, r.step_ms).c_str());
+    }
+    std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8.1f %8s %8.1f %8.1f%s\n",
                   label(c).c_str(), mib(static_cast<double>(r.model_state())).c_str(),
                   mib(c.formula.total()).c_str(),
                   ratio(static_cast<double>(r.model_state()), c.formula.total()).c_str(), vs0,
                   mib(static_cast<double>(r.category_peak(MemCategory::kActivations))).c_str(),
                   mib(static_cast<double>(r.total_peak)).c_str(), r.step_ms,
-                  ratio(r.step_ms, c.step_ms_stage0).c_str());
+                  ratio(r.step_ms, c.step_ms_stage0).c_str(), r.comm_busy_ms, r.comm_wait_ms,
+                  trace_cols);
     os << line;
   }
   return os.str();
@@ -241,6 +252,9 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
       rj["buffers"] = r.buffers;
       rj["model_state"] = r.model_state();
       rj["step_ms"] = r.step_ms;
+      rj["comm_busy_ms"] = r.comm_busy_ms;
+      rj["comm_wait_ms"] = r.comm_wait_ms;
+      if (r.traced_step_ms > 0) rj["traced_step_ms"] = r.traced_step_ms;
       rj["comm_bytes_per_step"] = r.comm_bytes_per_step;
       rj["loss"] = r.last_loss;
       ranks.push_back(rj);
@@ -258,7 +272,7 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
     os << ',' << to_string(static_cast<MemCategory>(k));
   }
   os << ",activations_peak,total_current,total_peak,model_state,formula,predicted_total,step_ms,"
-        "comm_bytes_per_step,offload,nvme_bytes\n";
+        "comm_bytes_per_step,offload,nvme_bytes,comm_busy_ms,comm_wait_ms,traced_step_ms\n";
   for (const auto& c : all) {
     for (const auto& r : c.per_rank) {
       os << c.stage << ',' << c.checkpoint << ',' << c.ranks << ',' << r.rank << ',' << c.dtype
@@ -270,7 +284,8 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
          << r.total_peak << ',' << r.model_state() << ','
          << static_cast<std::size_t>(c.formula.total()) << ',' << c.predicted_total() << ','
          << r.step_ms << ',' << r.comm_bytes_per_step << ',' << c.offload << ','
-         << r.tier(MemTier::kNvme) << '\n';
+         << r.tier(MemTier::kNvme) << ',' << r.comm_busy_ms << ',' << r.comm_wait_ms << ','
+         << r.traced_step_ms << '\n';
     }
   }
   return os.str();

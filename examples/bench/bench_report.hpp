@@ -24,6 +24,12 @@ struct RankFigures {
   std::size_t comm_bytes_per_step = 0;
   double step_ms = 0;  // median over the measured steps
   double last_loss = 0;
+  // Communication per measured step (medians, StepResult::metrics): collectives executing on
+  // this rank (total) and its thread blocked on them (exposed).
+  double comm_busy_ms = 0;
+  double comm_wait_ms = 0;
+  // --trace: the median step of the same configuration run again with the timeline recorded.
+  double traced_step_ms = 0;
 
   std::size_t category(MemCategory c) const;  // current, all tiers
   std::size_t category_peak(MemCategory c) const;
@@ -55,6 +61,9 @@ struct ConfigFigures {
     return plan.total() + predicted_activations + predicted_other;
   }
 };
+
+// "stage 3 +ckpt sqrt +off nvme": the configuration as the tables name it.
+std::string label(const ConfigFigures& c);
 
 // Human-readable: one block per configuration, then a summary across configurations.
 std::string format_config(const ConfigFigures& c);

@@ -8,7 +8,7 @@
 //              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--dtype bf16|f16|f32]
 //              [--reduce-dtype bf16|f16|f32] [--data FILE] [--config ds.json] [--set k=v]...
 //              [--offload none,cpu,nvme] [--nvme-path DIR] [--memory-budget BYTES]
-//              [--json FILE] [--csv FILE] [--svg FILE]
+//              [--json FILE] [--csv FILE] [--svg FILE] [--trace FILE] [--metrics FILE]
 //   zero-bench --plan --params 7.5e9 --ranks 64          DESIGN.md / ZeRO-paper figures
 //   zero-bench --plan --layers L --dim D [--vocab V] ... --ranks N   this engine, predicted
 #include <algorithm>
@@ -53,6 +53,11 @@ constexpr const char* kUsage =
   --data FILE             training text
   --config FILE, --set k=v      DeepSpeed-style config and overrides for every run
   --json F --csv F --svg F      write the figures
+  --trace FILE            also run each configuration again with the timeline recorded (the
+                          step time traced against untraced is reported) and write it as
+                          Chrome trace JSON: FILE with the configuration before the extension
+                          (trace.json -> trace.stage3.json); open in https://ui.perfetto.dev
+  --metrics FILE          one JSON line per rank per step: the engine's StepMetrics
   --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
                           with the model flags (and --vocab V) this engine's bytes per rank
   --help                  this text
@@ -77,6 +82,7 @@ struct Options {
   std::string reduce_dtype = "bf16";  // DESIGN.md's formulas count 16-bit gradients
   std::string data = gpt::kDefaultCorpus;
   std::string json, csv, svg;
+  std::string trace, metrics;
   bool plan = false;
   double params = 0;                     // --plan --params
   int vocab = 0;                         // --plan without a corpus
@@ -128,6 +134,10 @@ Options parse(int argc, char** argv) {
       o.csv = value();
     } else if (a == "--svg") {
       o.svg = value();
+    } else if (a == "--trace") {
+      o.trace = value();
+    } else if (a == "--metrics") {
+      o.metrics = value();
     } else if (a == "--plan") {
       o.plan = true;
     } else if (a == "--params") {
@@ -233,11 +243,11 @@ std::vector<std::uint64_t> pack(const RankFigures& f) {
   for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step}) {
     w.push_back(v);
   }
-  std::uint64_t bits = 0;
-  std::memcpy(&bits, &f.step_ms, 8);
-  w.push_back(bits);
-  std::memcpy(&bits, &f.last_loss, 8);
-  w.push_back(bits);
+  for (double d : {f.step_ms, f.last_loss, f.comm_busy_ms, f.comm_wait_ms, f.traced_step_ms}) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &d, 8);
+    w.push_back(bits);
+  }
   return w;
 }
 
@@ -254,15 +264,26 @@ RankFigures unpack(const std::uint64_t* w) {
   f.total_peak = *w++;
   f.buffers = *w++;
   f.comm_bytes_per_step = *w++;
-  std::memcpy(&f.step_ms, w++, 8);
-  std::memcpy(&f.last_loss, w++, 8);
+  for (double* d : {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms,
+                    &f.traced_step_ms}) {
+    std::memcpy(d, w++, 8);
+  }
   return f;
 }
 
+// --metrics: one JSON line per rank per measured step, from every rank's thread.
+struct MetricsLog {
+  std::mutex mu;
+  std::ofstream out;
+};
+
+// One configuration's run. trace_path non-empty: with the timeline recorded and written there.
 ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int stage,
                          const std::string& ckpt, const std::string& offload,
-                         Communicator* mpi_world) {
-  const Config cfg = make_config(o, stage, offload);
+                         Communicator* mpi_world, const std::string& trace_path = "",
+                         MetricsLog* metrics = nullptr) {
+  Config cfg = make_config(o, stage, offload);
+  cfg.trace.enabled = !trace_path.empty();
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
   const CheckpointSpec spec = CheckpointSpec::parse(ckpt);
@@ -307,7 +328,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     model.set_checkpointing(spec);
     model.declare(e);
     model.init(e, 1);
-    std::vector<double> times;
+    std::vector<double> times, busy, wait;
     double loss = 0;
     for (int step = 0; step < o.steps; ++step) {
       if (step == 1) comm.reset_stats();  // the first step warms up (first touch, pools)
@@ -316,10 +337,21 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
       comm.barrier();
       const auto t0 = Clock::now();
       loss = model.forward_backward(e, b);
-      e.step();
+      const StepResult r = e.step();
       comm.barrier();
-      if (step > 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      if (step > 0) {
+        times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        busy.push_back(r.metrics.comm_busy_s);
+        wait.push_back(r.metrics.comm_wait_s);
+        if (metrics != nullptr) {
+          std::lock_guard<std::mutex> lock(metrics->mu);
+          metrics->out << "{\"config\":\"" << bench::label(c) << "\",\"rank\":" << comm.rank()
+                       << ",\"step\":" << step + 1 << ",\"loss\":" << loss
+                       << ",\"metrics\":" << to_json(r.metrics) << "}\n";
+        }
+      }
     }
+    if (!trace_path.empty()) e.write_trace(trace_path);
     RankFigures f;
     f.rank = comm.rank();
     const MemoryTracker& t = e.tracker();
@@ -334,8 +366,13 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     const Engine::Buffers bb = e.buffer_bytes();
     f.buffers = bb.in_flight_grads + bb.gathered_params;
     f.comm_bytes_per_step = static_cast<std::size_t>(comm.stats().bytes_sent() / (o.steps - 1));
-    std::sort(times.begin(), times.end());
-    f.step_ms = times[times.size() / 2] * 1e3;
+    auto median_ms = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2] * 1e3;
+    };
+    f.step_ms = median_ms(times);
+    f.comm_busy_ms = median_ms(busy);
+    f.comm_wait_ms = median_ms(wait);
     f.last_loss = loss;
     comm.barrier();  // every engine still alive: the process RSS holds all ranks
     std::lock_guard<std::mutex> lock(mu);
@@ -357,6 +394,19 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     ThreadGroup::run(n, body, cfg.comm_timeout_s);
   }
   return c;
+}
+
+// --trace FILE for one configuration: "trace.json" -> "trace.stage3-ckpt-sqrt.json".
+std::string trace_file(const std::string& path, const ConfigFigures& c) {
+  std::string tag = "stage" + std::to_string(c.stage);
+  if (c.checkpoint != "none") tag += "-ckpt-" + c.checkpoint;
+  if (c.offload != "none") tag += "-off-" + c.offload;
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+    return path + "." + tag;
+  }
+  return path.substr(0, dot) + "." + tag + path.substr(dot);
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -461,13 +511,31 @@ int run(int argc, char** argv) {
     world = make_communicator(CommOptions{});
   }
   const bool printer = world == nullptr || world->rank() == 0;
+  std::unique_ptr<MetricsLog> metrics;
+  if (!o.metrics.empty()) {
+    metrics = std::make_unique<MetricsLog>();
+    // Under a launcher every process writes its own rank's lines to a file of its own.
+    const std::string path =
+        world == nullptr ? o.metrics : o.metrics + ".rank" + std::to_string(world->rank());
+    metrics->out.open(path, std::ios::trunc);
+    ZERO_CHECK(metrics->out.good(), kIO, "--metrics: cannot write '", path, "'");
+  }
   std::vector<ConfigFigures> all;
   std::map<std::string, double> stage0_ms;  // by checkpointing policy, without offload
   for (const std::string& off : o.offloads) {
     for (const std::string& ck : o.checkpoints) {
       for (int stage : o.stages) {
         if (off != "none" && stage == 0) continue;  // offload needs a sharded optimizer
-        ConfigFigures c = run_config(o, corpus, stage, ck, off, world.get());
+        ConfigFigures c = run_config(o, corpus, stage, ck, off, world.get(), "", metrics.get());
+        if (!o.trace.empty()) {  // the same configuration again, traced: the tracing's cost
+          const std::string path = trace_file(o.trace, c);
+          const ConfigFigures t = run_config(o, corpus, stage, ck, off, world.get(), path);
+          for (std::size_t q = 0; q < c.per_rank.size(); ++q) {
+            c.per_rank[q].traced_step_ms = t.per_rank[q].step_ms;
+          }
+          if (printer) std::printf("[zero-bench] timeline of %s: %s\n", bench::label(c).c_str(),
+                                   path.c_str());
+        }
         if (stage == 0 && off == "none") stage0_ms[ck] = c.per_rank.front().step_ms;
         c.step_ms_stage0 = stage0_ms[ck];
         if (printer) std::printf("%s", bench::format_config(c).c_str());

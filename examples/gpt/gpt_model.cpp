@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "gpt/gpt_block.hpp"
@@ -923,17 +924,21 @@ struct GptModel::BlockLayers : CheckpointedLayers {
     acts[i].buf = m.alloc_activations(BlockActs::bytes(B, T, C, H));
     acts[i].bind(B, T, C, H);
     GatherGuard g = e.gather(m.block_unit(l));
+    TraceScope region(e.tracer(), TraceLane::kTrainer, "forward", m.block_unit(l));
     const BlockParams p(load_params(g, kBlockParams, pscratch));
     m.block_forward(p, inputs[i].as<float>(), out, acts[i], rows, seq);
   }
   void backward(int l, const float* grad_out, float* grad_in) override {
     const auto i = static_cast<std::size_t>(l);
     GatherGuard g = e.gather(m.block_unit(l));
+    std::optional<TraceScope> region;
+    region.emplace(e.tracer(), TraceLane::kTrainer, "backward", m.block_unit(l));
     const BlockParams p(load_params(g, kBlockParams, pscratch));
     GradSink gs(e, m.block_unit(l), kBlockParams, gscratch);
     m.block_backward(p, acts[i], inputs[i].as<float>(), grad_out, grad_in, BlockGrads(gs), rows,
                      seq);
     gs.commit(m.block_unit(l), tap);
+    region.reset();
     e.grads_ready(m.block_unit(l));
   }
   void drop(int l) override {
@@ -1000,6 +1005,7 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   resid[0] = alloc_activations(M * C * f);
   {
     GatherGuard g = e.gather(embedding_unit());
+    TraceScope region(e.tracer(), TraceLane::kTrainer, "forward", embedding_unit());
     const auto p = load_params(g, 2, pscratch);
     float* x = R(0);
     for_rows(M, C, [&](std::size_t m) {
@@ -1036,6 +1042,7 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   Buffer xf = alloc_activations(M * C * f);
   {
     GatherGuard g = e.gather(final_unit());
+    TraceScope region(e.tracer(), TraceLane::kTrainer, "forward", final_unit());
     const auto p = load_params(g, 2, pscratch);
     layernorm_forward(xf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(), R(L), p[0], p[1],
                       M, C);
@@ -1047,6 +1054,8 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   double loss = 0.0;
   {
     GatherGuard g = e.gather(embedding_unit());
+    TraceScope region(e.tracer(), TraceLane::kTrainer, backward ? "head and loss" : "head",
+                      embedding_unit());
     const auto p = load_params(g, 2, pscratch);
     const float* wte = p[0];
     Buffer logits_buf = alloc_activations(M * V * f);
@@ -1099,11 +1108,14 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   float* dnext = w.f(w.dx_a);
   {
     GatherGuard g = e.gather(final_unit());
+    std::optional<TraceScope> region;
+    region.emplace(e.tracer(), TraceLane::kTrainer, "backward", final_unit());
     const auto p = load_params(g, 2, pscratch);
     GradSink gs(e, final_unit(), 2, gscratch);
     layernorm_backward(dcur, gs[0], gs[1], nullptr, dxf, R(L), lnf_mean.as<float>(),
                        lnf_rstd.as<float>(), p[0], M, C);
     gs.commit(final_unit(), tap);
+    region.reset();
     e.grads_ready(final_unit());
   }
   free_activations(lnf_mean);
@@ -1116,6 +1128,8 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   // ---- backward: embedding. A lookup's gradient does not depend on the parameters: no gather.
   {
     const UnitId u = embedding_unit();
+    std::optional<TraceScope> region;
+    region.emplace(e.tracer(), TraceLane::kTrainer, "backward", u);
     // wpe: dwpe[t] = sum over sequences b (ascending) of dx[b, t]; rows >= T get 0.
     {
       const View gv = e.grad(u, 1);
@@ -1163,6 +1177,7 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
       tap(u, 0, e.grad(u, 0));
       tap(u, 1, e.grad(u, 1));
     }
+    region.reset();
     e.grads_ready(u);
   }
   return loss;

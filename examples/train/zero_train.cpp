@@ -8,6 +8,7 @@
 //              [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]
 //              [--nvme-path DIR] [--memory-budget BYTES] [--device cpu|cuda]
 //              [--save-dir DIR [--save-every K] [--keep K] [--save-async]] [--resume [DIR]]
+//              [--trace FILE] [--metrics FILE] [--peak-flops F]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -71,6 +73,11 @@ constexpr const char* kUsage = R"(usage: zero-train [flags]
   --save-async            write checkpoints on a background thread (the step only snapshots)
   --resume [DIR]          continue from DIR's latest checkpoint (default: --save-dir), at any
                           --ranks and stage; the data continues at the saved step
+  --trace FILE            record the run's timeline (config trace.enabled / trace.path) and
+                          write it as Chrome trace JSON (https://ui.perfetto.dev)
+  --metrics FILE          one JSON line per rank per step: loss, tokens/s, model FLOP/s,
+                          peak memory per tier, and the engine's StepMetrics
+  --peak-flops F          the hardware's peak FLOP/s per rank: MFU in the step lines and metrics
   --help                  this text
 )";
 
@@ -99,6 +106,8 @@ struct Options {
   bool save_async = false;
   bool resume = false;
   std::string resume_dir;  // empty: save_dir
+  std::string metrics;     // --metrics FILE (empty: none)
+  double peak_flops = 0;   // --peak-flops: per rank; 0 = unknown (no MFU)
 };
 
 [[noreturn]] void bad(const std::string& what) {
@@ -165,6 +174,21 @@ Options parse(int argc, char** argv) {
     } else if (a == "--resume") {
       o.resume = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') o.resume_dir = argv[++i];
+    } else if (a == "--trace") {
+      const std::string path = value();
+      o.config_args.push_back("--set");
+      o.config_args.push_back("trace.enabled=true");
+      o.config_args.push_back("--set");
+      o.config_args.push_back("trace.path=" + path);
+    } else if (a == "--metrics") {
+      o.metrics = value();
+    } else if (a == "--peak-flops") {
+      const std::string text = value();
+      char* end = nullptr;
+      o.peak_flops = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(o.peak_flops) || o.peak_flops <= 0) {
+        bad("--peak-flops expects a finite number > 0 (FLOP/s), got '" + text.substr(0, 40) + "'");
+      }
     } else if (a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());
@@ -277,12 +301,21 @@ float mean_over_ranks(Communicator& comm, float x, const Placement& where, const
   return x;
 }
 
+// Model FLOPs per trained token, the convention of MFU (PaLM, Chowdhery et al. 2022, appendix B):
+// 6 per weight used in a matmul (forward 2, backward 4) — every parameter but the position
+// table, the tied embedding counted once as the head — plus 12 x layers x dim x seq for the
+// attention scores and their weighted sum. Recomputation (checkpointing) is not counted.
+double model_flops_per_token(const gpt::GptConfig& g) {
+  const double matmul_params = static_cast<double>(g.num_params()) - double{1} * g.seq * g.dim;
+  return 6.0 * matmul_params + 12.0 * g.layers * g.dim * g.seq;
+}
+
 // One rank's training. `make_model(config, tracker)` returns the model (a unique_ptr to
 // GptModel or GptCudaModel: the same surface).
 template <typename MakeModel>
 void train_rank(Communicator& comm, const Options& o, const Config& cfg,
-                const gpt::CharCorpus& corpus, std::mutex& print, const Placement& where,
-                MakeModel&& make_model) {
+                const gpt::CharCorpus& corpus, std::mutex& print, std::ostream* metrics,
+                const Placement& where, MakeModel&& make_model) {
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
   // Every rank's memory (all tiers but NVMe files) capped at --memory-budget: an allocation past
@@ -391,16 +424,41 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     }
     // The mean loss over ranks (every rank prints the same number).
     const float l = mean_over_ranks(comm, static_cast<float>(loss), where, loss_scratch);
+    // Throughput of the whole job (every rank's tokens in this rank's step time), and model
+    // FLOP/s per rank against --peak-flops (MFU).
+    const double tokens = static_cast<double>(batch) * g.seq * accum * comm.size();
+    const double flops_per_rank = tokens * model_flops_per_token(g) / comm.size() / secs;
+    const double mfu = o.peak_flops > 0 ? flops_per_rank / o.peak_flops : 0.0;
     if (printer) {
-      const double tokens = static_cast<double>(batch) * g.seq * accum * comm.size();
+      char mfu_text[32] = "";
+      if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, " (MFU %.2f%%)", 100 * mfu);
       std::lock_guard<std::mutex> lock(print);
       std::printf(
-          "step %5d | loss %.4f | %8.0f tok/s | lr %.3e | grad norm %8.4f | scale %g%s | "
-          "rank 0 memory %s (peak %s)\n",
-          step + 1, l, tokens / secs, r.lr, r.grad_norm, r.loss_scale,
-          r.applied ? "" : " (skipped)", format_bytes(e.tracker().current_memory()).c_str(),
+          "step %5d | loss %.4f | %8.0f tok/s | %.3g model FLOP/s/rank%s | exposed comm %.0f%% | "
+          "lr %.3e | grad norm %8.4f | scale %g%s | rank 0 memory %s (peak %s)\n",
+          step + 1, l, tokens / secs, flops_per_rank, mfu_text,
+          r.metrics.window_s > 0 ? 100 * r.metrics.comm_wait_s / r.metrics.window_s : 0.0, r.lr,
+          r.grad_norm, r.loss_scale, r.applied ? "" : " (skipped)",
+          format_bytes(e.tracker().current_memory()).c_str(),
           format_bytes(e.tracker().peak_memory()).c_str());
       std::fflush(stdout);
+    }
+    if (metrics != nullptr) {
+      const MemoryTracker& t = e.tracker();
+      std::lock_guard<std::mutex> lock(print);
+      *metrics << "{\"step\":" << step + 1 << ",\"rank\":" << comm.rank() << ",\"loss\":" << l
+               << ",\"rank_loss\":" << loss << ",\"step_s\":" << secs
+               << ",\"tokens_per_s\":" << tokens / secs
+               << ",\"model_flops_per_s_per_rank\":" << flops_per_rank;
+      if (mfu > 0) *metrics << ",\"mfu\":" << mfu;
+      *metrics << ",\"lr\":" << r.lr << ",\"grad_norm\":" << r.grad_norm
+               << ",\"applied\":" << (r.applied ? "true" : "false") << ",\"peak_bytes\":{";
+      for (std::size_t k = 0; k < kNumMemTiers; ++k) {
+        const auto tier = static_cast<MemTier>(k);
+        *metrics << (k > 0 ? "," : "") << '"' << to_string(tier) << "\":" << t.peak(tier);
+      }
+      *metrics << "},\"engine\":" << to_json(r.metrics) << "}\n";
+      metrics->flush();
     }
     if (saver && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || step + 1 == o.steps)) {
       const auto s0 = Clock::now();
@@ -425,6 +483,16 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     }
   }
   if (saver) saver->wait();
+  if (e.tracer() != nullptr) {  // --trace / trace.enabled: every rank's timeline, one file
+    e.write_trace(run_cfg.trace.path);
+    if (printer) {
+      std::lock_guard<std::mutex> lock(print);
+      std::printf("timeline (Chrome trace JSON, https://ui.perfetto.dev): %s%s\n",
+                  run_cfg.trace.path.c_str(),
+                  comm.backend() == "nccl" ? " (one file per rank: .rank<r> before the extension)"
+                                           : "");
+    }
+  }
   // A skipped step leaves the parameters as they were: once every step skips (parameters or
   // gradients gone non-finite: a learning rate that diverged), none will train again. A run
   // that ends in kSkipWarn or more skipped steps, or skipped all of them, did not train.
@@ -448,7 +516,7 @@ std::unique_ptr<gpt::GptModel> make_cpu_model(const gpt::GptConfig& g, MemoryTra
 // --device cuda: this process is one rank on GPU <local rank>, with its own compute stream
 // shared by the model, the engine and the NCCL communicator.
 void train_on_gpu(const Options& o, const Config& cfg, const gpt::CharCorpus& corpus,
-                  std::mutex& print) {
+                  std::mutex& print, std::ostream* metrics) {
   const LaunchInfo launch = detect_launch();
   if (launch.size == 1 && o.ranks != 1) {
     bad("--device cuda runs one rank per process and one GPU per rank: use --ranks 1, or start "
@@ -469,7 +537,7 @@ void train_on_gpu(const Options& o, const Config& cfg, const gpt::CharCorpus& co
   co.device = gpu;
   auto comm = make_communicator(cfg, co);
   const Placement where{Device::cuda(gpu), stream.s};
-  train_rank(*comm, o, cfg, corpus, print, where,
+  train_rank(*comm, o, cfg, corpus, print, metrics, where,
              [&](const gpt::GptConfig& g, MemoryTracker& tracker) {
                return std::make_unique<gpt::GptCudaModel>(g, tracker, gpu, stream.s);
              });
@@ -488,21 +556,33 @@ int run(int argc, char** argv) {
   const Config cfg = make_config(o);
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
   std::mutex print;
+  // --metrics: in-process ranks share one file (lines under the print lock); under a launcher
+  // each process writes its own, FILE.rank<r>.
+  std::ofstream metrics_file;
+  std::ostream* metrics = nullptr;
+  if (!o.metrics.empty()) {
+    const LaunchInfo launch = detect_launch();
+    const std::string path =
+        launch.size > 1 ? o.metrics + ".rank" + std::to_string(launch.rank) : o.metrics;
+    metrics_file.open(path, std::ios::trunc);
+    ZERO_CHECK(metrics_file.good(), kIO, "--metrics: cannot write '", path, "'");
+    metrics = &metrics_file;
+  }
 #if defined(ZERO_GPT_WITH_CUDA)
   if (o.device == "cuda") {
-    train_on_gpu(o, cfg, corpus, print);
+    train_on_gpu(o, cfg, corpus, print, metrics);
     return 0;
   }
 #endif
   if (detect_launch().size > 1) {  // mpirun / srun / torchrun: this process is one rank
     auto comm = make_communicator(cfg);
-    train_rank(*comm, o, cfg, corpus, print, Placement{}, make_cpu_model);
+    train_rank(*comm, o, cfg, corpus, print, metrics, Placement{}, make_cpu_model);
     return 0;
   }
   ThreadGroup::run(
       o.ranks,
       [&](Communicator& comm) {
-        train_rank(comm, o, cfg, corpus, print, Placement{}, make_cpu_model);
+        train_rank(comm, o, cfg, corpus, print, metrics, Placement{}, make_cpu_model);
       },
       cfg.comm_timeout_s);
   return 0;

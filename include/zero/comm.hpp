@@ -51,6 +51,8 @@
 
 namespace zero {
 
+class Tracer;  // zero/trace.hpp
+
 // The default deadline of every collective wait, in seconds. Config::comm_timeout_s has the same
 // default (config.hpp does not include this header; keep the two equal).
 inline constexpr double kDefaultCommTimeoutS = 600.0;
@@ -91,6 +93,12 @@ struct CommCounters {
 
 struct CommStats {
   std::array<CommCounters, kNumCollectives> by_op{};
+  // Time, in nanoseconds: collectives executing on this rank (each from the moment its backend
+  // began it to its completion, overlapped with compute or not: the total communication time),
+  // and this rank's calling thread blocked on collectives (blocking collectives whole, waits on
+  // handles: the exposed communication time). Counted always (two clock reads a collective).
+  std::uint64_t busy_ns = 0;
+  std::uint64_t wait_ns = 0;
   const CommCounters& operator[](Collective c) const { return by_op[static_cast<std::size_t>(c)]; }
   std::uint64_t bytes_sent() const;
   std::uint64_t bytes_received() const;
@@ -122,6 +130,9 @@ struct CollectiveEvent {
   std::chrono::steady_clock::time_point issued{};
   std::chrono::steady_clock::time_point started{};
   std::chrono::steady_clock::time_point finished{};
+  // What the caller said the collective is for (tag_next(): the engine passes the unit, or the
+  // first unit of a bucket); -1: nothing.
+  std::int64_t tag = -1;
 };
 
 // ---- asynchronous completion
@@ -179,7 +190,14 @@ class CommHandle {
   bool valid() const noexcept { return request_ != nullptr; }
 
  private:
+  friend class Communicator;
   std::unique_ptr<detail::CommRequest> request_;
+  // Where wait() reports the time it blocked (set by the communicator that issued it).
+  std::shared_ptr<detail::EventLog> log_;
+  Collective kind_ = Collective::kBarrier;
+  std::size_t bytes_ = 0;
+  std::uint64_t seq_ = 0;
+  std::int64_t tag_ = -1;
 };
 
 // ---- the communicator
@@ -206,8 +224,8 @@ class Communicator {
   void reset_stats();
 
   // Keeps the timestamps (CollectiveEvent) of the last `n` collectives that completed
-  // successfully on this rank; 0 (the default) turns recording off and drops the record. Off,
-  // a collective costs a branch or two more than without this feature. Collectives already in
+  // successfully on this rank; 0 (the default) turns recording off and drops the record (the
+  // timestamps are taken either way: CommStats::busy_ns / wait_ns). Collectives already in
   // flight when the capacity changes may or may not be recorded; a failed collective is not.
   // A communicator made by split() starts with recording off. Call from the thread that uses
   // the communicator.
@@ -216,6 +234,15 @@ class Communicator {
   // The recorded events, oldest (lowest seq) first. Safe from any thread, concurrently with the
   // backend's worker recording: it copies the record under a mutex.
   std::vector<CollectiveEvent> events() const;
+  // Records every collective's execution, time in flight and the caller's waits on it into
+  // `tracer` (zero/trace.hpp; null: stop). REQUIRES: the tracer outlives the communicator's
+  // collectives. Call from the thread that uses the communicator.
+  void set_tracer(Tracer* tracer);
+  Tracer* tracer() const noexcept { return tracer_; }
+  // Collectives issued so far: the seq the next collective will have (CollectiveEvent::seq).
+  std::uint64_t issued() const noexcept { return seq_; }
+  // The next collective issued carries `tag` in its event and trace regions (the unit it moves).
+  void tag_next(std::int64_t tag) noexcept { next_tag_ = tag; }
 
   // ---- collectives. Buffers are host memory for the thread and MPI backends and device memory
   // of this rank's GPU for NCCL. A count of 0 is valid (the collective still synchronises).
@@ -297,6 +324,8 @@ class Communicator {
   bool event_pending_ = false;
   CollectiveEvent pending_event_;
   std::shared_ptr<detail::EventLog> event_log_;  // shared with tasks that outlive this object
+  Tracer* tracer_ = nullptr;
+  std::int64_t next_tag_ = -1;
 };
 
 // ---- the in-process backend

@@ -169,6 +169,17 @@ struct AioConfig {
   std::string engine = "io_uring";  // io_uring | threads
 };
 
+// ---- trace (zero extension: a timeline of the run, zero/trace.hpp)
+struct TraceConfig {
+  // The engine records a timeline into a tracer of its own (Engine::tracer()) when
+  // EngineOptions::tracer gives none. zero-train / zero-bench --trace FILE set it.
+  bool enabled = false;
+  // Where zero-train and zero-bench write it (Chrome trace JSON; Engine::write_trace).
+  std::string path = "zero-trace.json";
+  // Events kept per rank (the newest; older ones are dropped and counted). >= 1.
+  std::int64_t capacity = 1'048'576;
+};
+
 struct Config {
   // train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size,
   // checked at engine start (resolve_batch). 0: not set (nothing to check; it stays 0, so a
@@ -189,6 +200,7 @@ struct Config {
   Bf16Config bf16{};
   ActivationCheckpointingConfig activation_checkpointing{};
   AioConfig aio{};
+  TraceConfig trace{};
   // zero extensions (top level)
   // Seconds, every collective wait; env ZERO_COMM_TIMEOUT_S; in [0.1, 1e7] (below 0.1 s a healthy
   // collective on a loaded machine times out). The default must equal kDefaultCommTimeoutS

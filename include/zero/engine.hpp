@@ -60,6 +60,7 @@
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
 #include "zero/optimizer.hpp"
+#include "zero/trace.hpp"
 #include "zero/unit.hpp"
 
 namespace zero {
@@ -85,7 +86,45 @@ struct EngineOptions {
   void* cuda_stream = nullptr;
   // A device backend of the caller's (overrides `device`): any DeviceOps implementation.
   std::shared_ptr<DeviceOps> device_ops;
+  // Where the engine, its communicator and its offload tiers record their timeline
+  // (zero/trace.hpp); it must outlive the engine. Null: the config's trace.enabled decides (the
+  // engine then owns one of trace.capacity events), else nothing is recorded.
+  Tracer* tracer = nullptr;
 };
+
+// Where one rank's time and bytes went, from the engine's view (StepResult::metrics). A window
+// runs from the return of the previous boundary step() (for the first: the engine's first hook)
+// to the return of this step(). Times in seconds on this rank's thread unless said otherwise.
+struct StepMetrics {
+  double window_s = 0;       // wall time of the window
+  double gather_s = 0;       // in gather(): stage-3 all-gathers run or waited for, prefetches
+  double grads_ready_s = 0;  // in grads_ready(): accumulation, reduce-scatters launched
+  double step_s = 0;         // in step(), micro-steps and boundary; of it:
+  double reduce_s = 0;       //   the boundary's reductions, waits for those in flight, the norm
+  double optimizer_s = 0;    //   the optimizer on this rank's shards (with offload: the chunk
+                             //   pipeline, its copies and NVMe I/O)
+  double param_gather_s = 0;  //  the all-gather of the updated parameters (stages 1-2)
+  // The communicator (CommStats): collectives executing, overlapped or not (total communication
+  // time), and this thread blocked on them (exposed communication time); bytes as counted there.
+  double comm_busy_s = 0;
+  double comm_wait_s = 0;
+  std::uint64_t comm_bytes_sent = 0;
+  std::uint64_t comm_bytes_received = 0;
+  // Offload traffic: copies between the device and pinned host memory, NVMe file I/O.
+  std::uint64_t host_to_device_bytes = 0;
+  std::uint64_t device_to_host_bytes = 0;
+  std::uint64_t nvme_read_bytes = 0;
+  std::uint64_t nvme_write_bytes = 0;
+  int micro_steps = 0;
+  // The window less the time inside the engine's hooks: the trainer's own forward / backward.
+  double trainer_s() const noexcept {
+    const double t = window_s - gather_s - grads_ready_s - step_s;
+    return t > 0 ? t : 0;
+  }
+};
+// The metrics as one JSON object on one line (seconds as "*_s", bytes as "*_bytes", and
+// "trainer_s"): what zero-train / zero-bench --metrics write per step.
+std::string to_json(const StepMetrics& m);
 
 struct StepResult {
   bool boundary = false;  // false: a micro-step inside an accumulation window (no update)
@@ -98,6 +137,8 @@ struct StepResult {
   double lr = 0.0;           // the learning rate used by this step
   std::int64_t steps = 0;    // optimizer steps applied so far
   std::int64_t skipped = 0;  // steps skipped for overflow so far
+  // The window so far (boundary: the whole accumulation window, then a new one starts).
+  StepMetrics metrics;
 };
 
 // This rank's share of one parameter: elements [begin, end) of the parameter (flattened) are
@@ -226,6 +267,16 @@ class Engine {
   MemoryReport memory_report() const;
   Communicator& comm() noexcept;
 
+  // The tracer this engine records into (EngineOptions::tracer or its own); null when off. A
+  // trainer marks its own regions on it: TraceScope(e.tracer(), TraceLane::kTrainer, "forward",
+  // unit).
+  Tracer* tracer() noexcept;
+  // Collective: writes every rank's timeline as one Chrome trace JSON document to `path` (rank 0
+  // writes; the others send it theirs through the communicator). NCCL (device memory only):
+  // every rank writes its own document to `path` with ".rank<r>" before the extension.
+  // REQUIRES: tracing on (kInvalidArgument otherwise). Throws kIO naming the file.
+  void write_trace(const std::string& path);
+
   // This rank's shards with their parameter ranges (see ParamShard), and raw access to the
   // shard arrays of unit u (f32 master; optimizer state k; null when the stage keeps none).
   // With NVMe offload the arrays are in files: these throw kInvalidArgument; use the copies.
@@ -269,6 +320,7 @@ class Engine {
   friend class GatherGuard;
   void release(UnitId u);
   View param_view(UnitId u, int i) const;
+  StepResult step_impl();
 
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);

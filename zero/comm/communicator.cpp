@@ -2,6 +2,7 @@
 // collective timestamps, blocking forms, handles.
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "zero/comm.hpp"
 #include "zero/comm/event_log.hpp"
@@ -53,6 +54,11 @@ CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
     // The collective this handle held must still complete before its buffers are reused.
     CommHandle dropped(std::move(*this));
     request_ = std::move(other.request_);
+    log_ = std::move(other.log_);
+    kind_ = other.kind_;
+    bytes_ = other.bytes_;
+    seq_ = other.seq_;
+    tag_ = other.tag_;
   }
   return *this;
 }
@@ -69,7 +75,13 @@ CommHandle::~CommHandle() {
 void CommHandle::wait() {
   if (!request_) return;
   std::unique_ptr<detail::CommRequest> request = std::move(request_);
+  if (!log_) {
+    request->wait();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   request->wait();
+  log_->waited(kind_, bytes_, seq_, tag_, t0, std::chrono::steady_clock::now());
 }
 
 bool CommHandle::test() {
@@ -118,6 +130,8 @@ CommStats Communicator::stats() const {
     s.by_op[i].bytes_sent = stats_[i][1].load(std::memory_order_relaxed);
     s.by_op[i].bytes_received = stats_[i][2].load(std::memory_order_relaxed);
   }
+  s.busy_ns = event_log_->busy_ns();
+  s.wait_ns = event_log_->wait_ns();
   return s;
 }
 
@@ -125,6 +139,12 @@ void Communicator::reset_stats() {
   for (auto& op : stats_) {
     for (auto& c : op) c.store(0, std::memory_order_relaxed);
   }
+  event_log_->reset_times();
+}
+
+void Communicator::set_tracer(Tracer* tracer) {
+  tracer_ = tracer;
+  event_log_->set_tracer(tracer);
 }
 
 void Communicator::set_event_capacity(std::size_t n) {
@@ -138,6 +158,7 @@ std::vector<CollectiveEvent> Communicator::events() const { return event_log_->s
 void Communicator::open_event(const detail::CollectiveArgs& a) {
   pending_event_ =
       CollectiveEvent{a.kind, a.count, a.dtype, seq_, std::chrono::steady_clock::now()};
+  pending_event_.tag = std::exchange(next_tag_, -1);
   event_pending_ = true;
 }
 
@@ -260,22 +281,28 @@ void Communicator::check(const detail::CollectiveArgs& a) const {
 
 CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
   check(a);
-  if (event_capacity_ != 0) [[unlikely]] {
-    open_event(a);
-  }
-  ++seq_;  // a collective that failed to start still took its place in the order
+  open_event(a);
+  const std::uint64_t seq = seq_++;  // a collective that failed to start still took its place
   CommHandle handle = start(a);
   count(a);
+  if (handle.valid()) {
+    handle.log_ = event_log_;
+    handle.kind_ = a.kind;
+    handle.bytes_ = a.count * dtype_size(a.dtype);
+    handle.seq_ = seq;
+    handle.tag_ = pending_event_.tag;
+  }
   return handle;
 }
 
 void Communicator::run(const detail::CollectiveArgs& a) {
   check(a);
-  if (event_capacity_ != 0) [[unlikely]] {
-    open_event(a);
-  }
-  ++seq_;
+  open_event(a);
+  const std::uint64_t seq = seq_++;
+  const auto t0 = std::chrono::steady_clock::now();
   run_blocking(a);
+  event_log_->waited(a.kind, a.count * dtype_size(a.dtype), seq, pending_event_.tag, t0,
+                     std::chrono::steady_clock::now());
   count(a);
 }
 

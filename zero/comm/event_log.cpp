@@ -11,7 +11,25 @@ void EventLog::set_capacity(std::size_t n) {
   while (events_.size() > capacity_) events_.pop_front();
 }
 
+namespace {
+std::int64_t ns_between(std::chrono::steady_clock::time_point a,
+                        std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
+}  // namespace
+
 void EventLog::record(const CollectiveEvent& event) {
+  busy_ns_.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(
+                         0, ns_between(event.started, event.finished))),
+                     std::memory_order_relaxed);
+  if (Tracer* t = tracer()) [[unlikely]] {
+    const char* name = to_string(event.kind).data();  // a literal
+    const auto bytes = static_cast<std::int64_t>(event.count * dtype_size(event.dtype));
+    const auto seq = static_cast<std::int64_t>(event.seq);
+    t->record(TraceLane::kComm, name, event.started, event.finished, event.tag, bytes, seq);
+    t->record(TraceLane::kCommInFlight, name, event.issued, event.finished, event.tag, bytes,
+              seq);
+  }
   std::lock_guard lock(mu_);
   if (capacity_ == 0) return;
   // Almost always appended at the back; an out-of-order completion goes to its seq's place.
@@ -20,6 +38,17 @@ void EventLog::record(const CollectiveEvent& event) {
   if (at == events_.begin() && events_.size() == capacity_) return;  // older than all kept
   events_.insert(at, event);
   while (events_.size() > capacity_) events_.pop_front();
+}
+
+void EventLog::waited(Collective kind, std::size_t bytes, std::uint64_t seq, std::int64_t tag,
+                      std::chrono::steady_clock::time_point begin,
+                      std::chrono::steady_clock::time_point end) {
+  wait_ns_.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(0, ns_between(begin, end))),
+                     std::memory_order_relaxed);
+  if (Tracer* t = tracer()) [[unlikely]] {
+    t->record(TraceLane::kCommWait, to_string(kind).data(), begin, end, tag,
+              static_cast<std::int64_t>(bytes), static_cast<std::int64_t>(seq));
+  }
 }
 
 std::vector<CollectiveEvent> EventLog::snapshot() const {

@@ -28,4 +28,9 @@ void* host_alloc(std::size_t bytes);  // cudaHostAlloc; throws
 void host_free(void* p) noexcept;
 DeviceMemoryInfo mem_info(int device);
 
+// NVTX ranges on the calling thread (zero/trace.hpp's TraceScope): Nsight Systems shows them;
+// without a profiler attached NVTX does nothing. No-ops in a build without CUDA.
+void nvtx_push(const char* name) noexcept;
+void nvtx_pop() noexcept;
+
 }  // namespace zero::detail::cuda
