@@ -71,7 +71,7 @@ struct AioQueue::Impl {
   std::size_t inflight = 0;
   bool stop = false;
   bool uring = false;
-  bool observed = false;  // o.observer has a tracer or counters
+  bool observed = false;             // o.observer has a tracer or counters
   std::vector<std::thread> threads;  // the reaper (io_uring) or the workers (pool)
 #if ZERO_WITH_IO_URING
   io_uring ring{};
@@ -127,7 +127,7 @@ struct AioQueue::Impl {
     } else {
       --op.pieces_left;
     }
-    if (observed && op.pieces_left == 0 && pieces_before > 0) [[unlikely]] {
+    if (observed && op.pieces_left == 0 && pieces_before > 0) {
       observe(op);  // this piece was the request's last
     }
     if (op.pieces_left == 0 || inflight == 0) done_cv.notify_all();
@@ -330,7 +330,7 @@ AioQueue::Ticket AioQueue::submit(IoKind kind, int fd, const std::string& file, 
   op->bytes = bytes;
   op->offset = offset;
   op->unit = unit;
-  if (m.observed) [[unlikely]] {
+  if (m.o.observer.tracer != nullptr) [[unlikely]] {
     op->submitted = TraceClock::now();
   }
   for (std::size_t at = 0; at < bytes; at += m.o.block_size) {

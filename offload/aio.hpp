@@ -17,7 +17,7 @@
 // sees it complete (the reaper or a pool worker), not when wait() is called; and its bytes are
 // added to IoCounters::nvme_read / nvme_write before wait() can return. A failed request is a
 // region without bytes (-1) and is not counted; a request of 0 bytes is neither. Without an
-// observer: one branch per request.
+// observer: a branch on a flag per request and per piece.
 //
 // Thread safety: one AioQueue is used by one thread at a time (submit / wait); its background
 // threads are internal. Distinct queues are independent.

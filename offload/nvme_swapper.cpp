@@ -366,9 +366,9 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
         for (; next_read < last && next_read <= c + ahead; ++next_read) {
           const std::size_t s = next_read % nb;
           settle_write(s);  // the set's previous chunk must have landed before it is reused
-          reading[s] = aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s],
-                                   slot_bytes(next_read), slot_offset_[next_read],
-                                   static_cast<std::int64_t>(next_read));
+          reading[s] =
+              aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s], slot_bytes(next_read),
+                          slot_offset_[next_read], static_cast<std::int64_t>(next_read));
         }
         aio_.wait(std::exchange(reading[set], kNone));
       } else {

@@ -164,9 +164,7 @@ void OffloadedOptimizer::issue_grad_copy(std::size_t c) {
 
 void OffloadedOptimizer::count(std::atomic<std::uint64_t> detail::IoCounters::*counter,
                                std::size_t bytes) {
-  if (observer_.io != nullptr) [[unlikely]] {
-    detail::IoCounters::add(observer_.io->*counter, bytes);
-  }
+  if (observer_.io != nullptr) detail::IoCounters::add(observer_.io->*counter, bytes);
 }
 
 TraceClock::time_point OffloadedOptimizer::trace_now() const {
@@ -233,6 +231,7 @@ void OffloadedOptimizer::step(const OptimizerParams& p, std::int64_t step, float
   grads_issued_ = 0;
   if (observer_.tracer != nullptr) [[unlikely]] {
     grad_copy_.assign(placement_.in.offload_buffers, CopyInFlight{});
+    copies_out_.clear();  // a step that threw left its copies behind
   }
   if (placement_.nvme_optimizer) {
     write_nvme_state();
@@ -310,8 +309,8 @@ void OffloadedOptimizer::copy_state(UnitId u, int k, void* out) {
 void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi) {
   const bool on_device = !access_.params_on_nvme(u);
   if (!placement_.nvme_optimizer) {
-    master_from_params(access_.params(u) + lo * dtype_size(w_), on_device, master(u) + lo,
-                       hi - lo, -1);
+    master_from_params(access_.params(u) + lo * dtype_size(w_), on_device, master(u) + lo, hi - lo,
+                       -1);
     return;
   }
   // Before the file is first written it is made from the working copy; after, the chunks that

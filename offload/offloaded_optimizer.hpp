@@ -132,7 +132,7 @@ class OffloadedOptimizer {
     std::size_t chunk = 0;
     std::size_t bytes = 0;
   };
-  std::vector<CopyInFlight> grad_copy_;  // per staging buffer: its chunk's gradient copy in
+  std::vector<CopyInFlight> grad_copy_;   // per staging buffer: its chunk's gradient copy in
   std::vector<CopyInFlight> copies_out_;  // parameter copies out not yet waited for
 };
 
