@@ -35,8 +35,7 @@ inline std::vector<Region> regions_of(const nlohmann::json& doc) {
     if (!e.contains("ph")) continue;
     const std::string ph = e["ph"];
     EXPECT_TRUE(ph == "B" || ph == "E" || ph == "M") << e.dump();
-    EXPECT_TRUE(e["ts"].is_number() && e["pid"].is_number_integer() &&
-                e["tid"].is_number_integer())
+    EXPECT_TRUE(e["ts"].is_number() && e["pid"].is_number_integer() && e["tid"].is_number_integer())
         << e.dump();
     const std::pair<int, int> track{e["pid"].get<int>(), e["tid"].get<int>()};
     const double ts = e["ts"].get<double>();
@@ -64,8 +63,8 @@ inline std::vector<Region> regions_of(const nlohmann::json& doc) {
     }
   }
   for (const auto& [track, stack] : open) {
-    EXPECT_TRUE(stack.empty()) << stack.size() << " regions never closed on " << track.first
-                               << "/" << track.second;
+    EXPECT_TRUE(stack.empty()) << stack.size() << " regions never closed on " << track.first << "/"
+                               << track.second;
   }
   return out;
 }

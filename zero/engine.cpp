@@ -209,8 +209,7 @@ void Engine::grads_ready(UnitId u) {
   ZERO_CHECK(!m.reducer->ready(u), kInvalidArgument, "grads_ready('", m.name(u),
              "') called twice in one micro-step");
   m.open_window();
-  detail::PhaseTimer phase(m.window.grads_ready_s, m.tracer, TraceLane::kEngine, "grads_ready",
-                           u);
+  detail::PhaseTimer phase(m.window.grads_ready_s, m.tracer, TraceLane::kEngine, "grads_ready", u);
   m.reducer->grads_ready(u);
 }
 

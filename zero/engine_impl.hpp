@@ -91,8 +91,7 @@ struct Engine::Impl final : offload::ShardAccess {
     }
     tracer = opts.tracer;
     if (tracer == nullptr && cfg.trace.enabled) {
-      own_tracer =
-          std::make_unique<Tracer>(c.rank(), static_cast<std::size_t>(cfg.trace.capacity));
+      own_tracer = std::make_unique<Tracer>(c.rank(), static_cast<std::size_t>(cfg.trace.capacity));
       tracer = own_tracer.get();
     }
     if (tracer != nullptr) c.set_tracer(tracer);

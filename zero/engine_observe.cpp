@@ -107,8 +107,8 @@ void write_text(const std::string& path, const std::string& head, const std::str
 
 void Engine::write_trace(const std::string& path) {
   Impl& m = *impl_;
-  ZERO_CHECK(m.tracer != nullptr, kInvalidArgument,
-             "write_trace('", path, "'): tracing is off (set config key 'trace.enabled' or "
+  ZERO_CHECK(m.tracer != nullptr, kInvalidArgument, "write_trace('", path,
+             "'): tracing is off (set config key 'trace.enabled' or "
              "EngineOptions::tracer)");
   Communicator& comm = m.comm;
   const std::vector<TraceEvent> events = m.tracer->events();
@@ -131,8 +131,7 @@ void Engine::write_trace(const std::string& path) {
     // A rank without events sent its 0: skip it unless every rank has none.
     if (origins[q] != 0) common = common == 0 ? origins[q] : std::min(common, origins[q]);
   }
-  const std::string mine =
-      chrome_trace_fragment(comm.rank(), events, common, m.tracer->dropped());
+  const std::string mine = chrome_trace_fragment(comm.rank(), events, common, m.tracer->dropped());
   const auto my_len = static_cast<std::int64_t>(mine.size());
   std::vector<std::int64_t> lens(n);
   comm.all_gather(&my_len, lens.data(), 2, DType::kF32);

@@ -33,9 +33,7 @@ class PhaseTimer {
   PhaseTimer(double& seconds, Tracer* tracer, TraceLane lane, const char* name,
              std::int64_t unit = -1)
       : seconds_(seconds), scope_(tracer, lane, name, unit), t0_(TraceClock::now()) {}
-  ~PhaseTimer() {
-    seconds_ += std::chrono::duration<double>(TraceClock::now() - t0_).count();
-  }
+  ~PhaseTimer() { seconds_ += std::chrono::duration<double>(TraceClock::now() - t0_).count(); }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
 

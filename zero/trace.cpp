@@ -28,8 +28,7 @@ std::string_view to_string(TraceLane lane) noexcept {
 // Tracer
 
 Tracer::Tracer(int rank, std::size_t capacity) : rank_(rank), capacity_(capacity) {
-  ZERO_CHECK(capacity >= 1, kInvalidArgument, "trace capacity must be >= 1 event, got ",
-             capacity);
+  ZERO_CHECK(capacity >= 1, kInvalidArgument, "trace capacity must be >= 1 event, got ", capacity);
 }
 
 void Tracer::record(TraceLane lane, const char* name, TraceClock::time_point begin,
@@ -206,8 +205,8 @@ std::string chrome_trace_fragment(int rank, const std::vector<TraceEvent>& event
       for (; k < tracks.size(); ++k) {
         Track& t = tracks[k];
         while (!t.open.empty() && t.open.back()->end_ns <= e->begin_ns) {
-          append_event(t.body, 'E', *t.open.back(),
-                       rank, static_cast<int>(lane * kTidsPerLane + k), origin_ns);
+          append_event(t.body, 'E', *t.open.back(), rank, static_cast<int>(lane * kTidsPerLane + k),
+                       origin_ns);
           t.open.pop_back();
         }
         if (t.open.empty() || e->end_ns <= t.open.back()->end_ns) break;
@@ -230,8 +229,9 @@ std::string chrome_trace_fragment(int rank, const std::vector<TraceEvent>& event
       std::string name(to_string(static_cast<TraceLane>(lane)));
       if (k > 0) name += " #" + std::to_string(k + 1);
       append_meta(out, "thread_name", rank, tid, name);
-      out += ",\n{\"ph\":\"M\",\"pid\":" + std::to_string(rank) + ",\"tid\":" +
-             std::to_string(tid) + ",\"ts\":0,\"name\":\"thread_sort_index\",\"args\":{" +
+      out += ",\n{\"ph\":\"M\",\"pid\":" + std::to_string(rank) +
+             ",\"tid\":" + std::to_string(tid) +
+             ",\"ts\":0,\"name\":\"thread_sort_index\",\"args\":{" +
              "\"sort_index\":" + std::to_string(tid) + "}}";
       out += ",\n";
       out += t.body;

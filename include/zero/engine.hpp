@@ -96,13 +96,13 @@ struct EngineOptions {
 // runs from the return of the previous boundary step() (for the first: the engine's first hook)
 // to the return of this step(). Times in seconds on this rank's thread unless said otherwise.
 struct StepMetrics {
-  double window_s = 0;       // wall time of the window
-  double gather_s = 0;       // in gather(): stage-3 all-gathers run or waited for, prefetches
-  double grads_ready_s = 0;  // in grads_ready(): accumulation, reduce-scatters launched
-  double step_s = 0;         // in step(), micro-steps and boundary; of it:
-  double reduce_s = 0;       //   the boundary's reductions, waits for those in flight, the norm
-  double optimizer_s = 0;    //   the optimizer on this rank's shards (with offload: the chunk
-                             //   pipeline, its copies and NVMe I/O)
+  double window_s = 0;        // wall time of the window
+  double gather_s = 0;        // in gather(): stage-3 all-gathers run or waited for, prefetches
+  double grads_ready_s = 0;   // in grads_ready(): accumulation, reduce-scatters launched
+  double step_s = 0;          // in step(), micro-steps and boundary; of it:
+  double reduce_s = 0;        //   the boundary's reductions, waits for those in flight, the norm
+  double optimizer_s = 0;     //   the optimizer on this rank's shards (with offload: the chunk
+                              //   pipeline, its copies and NVMe I/O)
   double param_gather_s = 0;  //  the all-gather of the updated parameters (stages 1-2)
   // The communicator (CommStats): collectives executing, overlapped or not (total communication
   // time), and this thread blocked on them (exposed communication time); bytes as counted there.

@@ -55,7 +55,7 @@ std::string_view to_string(TraceLane lane) noexcept;
 struct TraceEvent {
   std::int64_t begin_ns = 0;
   std::int64_t end_ns = 0;
-  const char* name = "";  // static storage (a string literal): the ring stores the pointer
+  const char* name = "";    // static storage (a string literal): the ring stores the pointer
   std::int64_t unit = -1;   // the unit / chunk / slot the region is about; -1: none
   std::int64_t bytes = -1;  // bytes moved; -1: none
   std::int64_t seq = -1;    // the collective's index on its communicator (CollectiveEvent::seq)

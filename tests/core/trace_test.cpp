@@ -222,9 +222,9 @@ TEST(EngineMetrics, BytesPhasesAndWaitsOfAStageTwoWindow) {
     expect += (n - 1) * 16;
     EXPECT_EQ(m.comm_bytes_sent, expect);
     EXPECT_EQ(m.comm_bytes_received, expect);
-    EXPECT_EQ(m.nvme_read_bytes + m.nvme_write_bytes + m.host_to_device_bytes +
-                  m.device_to_host_bytes,
-              0u);
+    EXPECT_EQ(
+        m.nvme_read_bytes + m.nvme_write_bytes + m.host_to_device_bytes + m.device_to_host_bytes,
+        0u);
     // Phases: the window holds them, the step holds its parts, the trainer slept 2 x 15 ms.
     EXPECT_GE(m.window_s, m.gather_s + m.grads_ready_s + m.step_s);
     EXPECT_GE(m.step_s, m.reduce_s + m.optimizer_s + m.param_gather_s);

@@ -19,16 +19,15 @@ std::int64_t ns_between(std::chrono::steady_clock::time_point a,
 }  // namespace
 
 void EventLog::record(const CollectiveEvent& event) {
-  busy_ns_.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(
-                         0, ns_between(event.started, event.finished))),
+  busy_ns_.fetch_add(static_cast<std::uint64_t>(
+                         std::max<std::int64_t>(0, ns_between(event.started, event.finished))),
                      std::memory_order_relaxed);
   if (Tracer* t = tracer()) [[unlikely]] {
     const char* name = to_string(event.kind).data();  // a literal
     const auto bytes = static_cast<std::int64_t>(event.count * dtype_size(event.dtype));
     const auto seq = static_cast<std::int64_t>(event.seq);
     t->record(TraceLane::kComm, name, event.started, event.finished, event.tag, bytes, seq);
-    t->record(TraceLane::kCommInFlight, name, event.issued, event.finished, event.tag, bytes,
-              seq);
+    t->record(TraceLane::kCommInFlight, name, event.issued, event.finished, event.tag, bytes, seq);
   }
   std::lock_guard lock(mu_);
   if (capacity_ == 0) return;

@@ -3,8 +3,8 @@
 // The front end (communicator.cpp) opens one CollectiveEvent per collective when recording is
 // on and hands it to the backend as an EventProbe; the backend stamps started / finished on the
 // thread that executes the collective, and finished() records it in the communicator's
-// EventLog. EventLog::record() is the one place every completed collective passes through: the tracer
-// (zero/trace.hpp) hangs off there, not in the backends.
+// EventLog. EventLog::record() is the one place every completed collective passes through: the
+// tracer (zero/trace.hpp) hangs off there, not in the backends.
 //
 // Thread safety: EventLog is safe for concurrent access from multiple threads (one mutex).
 // An EventProbe is used by one thread at a time (it travels with its collective's task).
