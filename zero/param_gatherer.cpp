@@ -115,7 +115,8 @@ void ParamGatherer::start_gather(UnitId u, bool async) {
   }
   if (shard_on_nvme(u)) {  // this rank's shard into its place; the all-gather runs in place
     load_shard(u);
-    dev_.copy(own, window_, shard_bytes);
+    dev_.copy(own, window_, shard_bytes);  // the host window to the device
+    if (observer_.io != nullptr) IoCounters::add(observer_.io->host_to_device, shard_bytes);
     dev_.synchronize();  // the window is reused by the next load
     send = own;
   } else if (placement_.host_params && !dev_.host_accessible()) {
@@ -161,6 +162,9 @@ void ParamGatherer::launch_deferred() {
     const UnitLayout& ul = placement_.lay(u);
     char* own = at(us.gathered.data(), placement_.own_begin(u), w_);
     dev_.copy(own, read_target(u), ul.shard * dtype_size(w_));
+    if (observer_.io != nullptr) {
+      IoCounters::add(observer_.io->host_to_device, ul.shard * dtype_size(w_));
+    }
     comm_.tag_next(u);
     us.prefetch = comm_.all_gather_async(own, us.gathered.data(), ul.shard, w_);
   }
