@@ -583,16 +583,21 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
                                  static_cast<cudaStream_t>(g.stream)),
                  "GptCudaModel: cudaMemcpyAsync (block input)");
       GatherGuard guard = e.gather(m.block_unit(l));
+      // Host regions (the kernels' enqueue) and, with a tracer, NVTX ranges for Nsight Systems.
+      TraceScope region(e.tracer(), TraceLane::kTrainer, "forward", m.block_unit(l));
       const BlockParams p(load(guard, kBlockParams));
       block_forward(g, p, la.input, out, la.a, w, s);
     }
     void backward(int l, const float* grad_out, float* grad_in) override {
       const LayerActs la = slot(l);
       GatherGuard guard = e.gather(m.block_unit(l));
-      const BlockParams p(load(guard, kBlockParams));
-      GradSink gs(e, m.block_unit(l), kBlockParams, w.grads);
-      block_backward(g, p, la.a, la.input, grad_out, grad_in, gs.ptrs(), w, s);
-      gs.commit(m.block_unit(l), g.stream, tap);
+      {
+        TraceScope region(e.tracer(), TraceLane::kTrainer, "backward", m.block_unit(l));
+        const BlockParams p(load(guard, kBlockParams));
+        GradSink gs(e, m.block_unit(l), kBlockParams, w.grads);
+        block_backward(g, p, la.a, la.input, grad_out, grad_in, gs.ptrs(), w, s);
+        gs.commit(m.block_unit(l), g.stream, tap);
+      }
       e.grads_ready(m.block_unit(l));
     }
     void drop(int l) override {
@@ -608,6 +613,7 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
   // ---- forward: embedding
   {
     GatherGuard guard = e.gather(embedding_unit());
+    TraceScope region(e.tracer(), TraceLane::kTrainer, "forward", embedding_unit());
     const auto p = load_params(guard, 2);
     kernels::embedding_forward(a.x0, d_in, p[0], p[1], B, T, C, stream_);
   }
@@ -637,6 +643,7 @@ double GptCudaModel::run(Engine& e, const TokenBatch& batch, bool backward, cons
   // ---- forward: final LayerNorm
   {
     GatherGuard guard = e.gather(final_unit());
+    TraceScope region(e.tracer(), TraceLane::kTrainer, "forward", final_unit());
     const auto p = load_params(guard, 2);
     kernels::layernorm_forward(a.xf, a.lnf_mean, a.lnf_rstd, x_last, p[0], p[1], M, C, stream_);
   }

@@ -183,5 +183,36 @@ TEST(Trace, ZeroTrainWritesItsTimelineAndOneMetricsLinePerRankAndStep) {
   EXPECT_EQ(seen.size(), 6u);  // 3 steps x 2 ranks
 }
 
+#ifdef ZERO_MPIEXEC
+TEST(Trace, UnderMpirunRankZeroWritesEveryProcesssTimeline) {
+  const std::string trace = ::testing::TempDir() + "/zero_train_mpi_trace.json";
+  const std::string metrics = ::testing::TempDir() + "/zero_train_mpi_metrics.jsonl";
+  std::remove(trace.c_str());
+  const testing::CmdResult r = testing::run_command(
+      std::string(ZERO_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " + ZERO_TRAIN_BIN +
+      " --steps 2 --layers 2 --dim 64 --seq 32 --batch 2 --eval-every 0 --zero-stage 3"
+      " --trace " +
+      trace + " --metrics " + metrics);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::map<int, int> forward;
+  for (const Region& reg : testing::regions_of(read_json(trace))) {
+    if (reg.cat == "trainer" && reg.name == "forward") ++forward[reg.pid];
+  }
+  // 2 steps x (embedding, 2 blocks, final) on each process.
+  EXPECT_EQ(forward, (std::map<int, int>{{0, 8}, {1, 8}}));
+  for (int rank = 0; rank < 2; ++rank) {  // each process its own metrics file
+    std::ifstream in(metrics + ".rank" + std::to_string(rank));
+    ASSERT_TRUE(in.good()) << rank;
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      EXPECT_EQ(json::parse(line)["rank"].get<int>(), rank);
+      ++lines;
+    }
+    EXPECT_EQ(lines, 2);
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace zero
