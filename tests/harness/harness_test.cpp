@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "run_command.hpp"
 #include "zero/detail/cuda_runtime.hpp"
 
 #ifndef ZERO_BENCH_BIN
@@ -20,22 +21,9 @@
 
 namespace {
 
-struct CmdResult {
-  int status = -1;
-  std::string out;
-};
+using zero::testing::CmdResult;
 
-CmdResult run(const std::string& cmd) {
-  CmdResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+CmdResult run(const std::string& cmd) { return zero::testing::run_command(cmd); }
 
 std::string tmp_path(const std::string& name) {
   return ::testing::TempDir() + "/zero_harness_" + name;
