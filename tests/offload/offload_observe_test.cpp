@@ -21,6 +21,7 @@
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
 #include "offload/aio.hpp"
+#include "offload/temp_dir.hpp"
 #include "zero/comm.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
@@ -37,30 +38,13 @@ using testing::kRows;
 using testing::make_config;
 using testing::Mlp;
 using testing::RunSpec;
+using testing::TempDir;
 
 // AdamW (make_config's optimizer): the moments m and v, f32 each.
 constexpr std::size_t kNumStates = 2;
 constexpr std::size_t kStateBytes = 4;
 constexpr int kSteps = 3;
 constexpr int kRanks = 2;
-
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/zero-observe-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data());
-    EXPECT_FALSE(path_.empty());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct Aligned {
   explicit Aligned(std::size_t n)

@@ -26,6 +26,7 @@
 #include "engine/mlp_training.hpp"
 #include "offload/aio.hpp"
 #include "offload/nvme_swapper.hpp"
+#include "offload/temp_dir.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
@@ -44,34 +45,8 @@ using testing::make_config;
 using testing::Mlp;
 using testing::RunResult;
 using testing::RunSpec;
+using testing::TempDir;
 using testing::train;
-
-// A fresh directory under the build tree's temp dir (the work disk: O_DIRECT works there),
-// removed with its content at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/zero-offload-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data());
-    EXPECT_FALSE(path_.empty());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, ec);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
 
 // The swap files this process holds open under `dir`: their names (unlinked at open, so only
 // /proc/self/fd still shows them, "(deleted)") and a path that opens them, /proc/self/fd/<n>.
