@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/svg_chart.hpp"
 #include "zero/memory_report.hpp"
 
 namespace zero::bench {
@@ -297,7 +298,32 @@ std::string to_svg(const std::vector<ConfigFigures>& all) {
   static const char* kColors[kNumMemCategories] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                                    "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
   const double bar_w = 70, gap = 30, left = 80, top = 50, height = 360;
-  const double width = left + all.size() * (bar_w + gap) + 200;
+  const double memory_height = top + height + 106;
+  // Below it, rank 0's step time per configuration, the bars under the memory chart's: the time
+  // its thread was blocked on collectives (exposed) and the rest of the step, stacked; beside
+  // them a thin bar of the collectives' executing time (overlapped with compute or not).
+  svg::BarChart steps;
+  steps.title = "zero-bench: step time per configuration, rank 0 (median of the measured steps)";
+  steps.y_label = "ms per step";
+  steps.unit = "ms";
+  steps.segments = {{"rest of the step (step time - exposed communication)", "#4e79a7"},
+                    {"communication exposed (rank 0 blocked on collectives)", "#e15759"}};
+  steps.marker = {"communication executing (all collectives, overlapped or not)", "#f28e2b"};
+  steps.plot_left = left;
+  steps.slot = bar_w + gap;
+  steps.bar_width = bar_w;
+  steps.plot_height = 240;
+  for (const auto& c : all) {
+    const RankFigures& r = c.per_rank.front();
+    svg::BarChart::Bar b;
+    b.label = {"stage " + std::to_string(c.stage),
+               c.checkpoint == "none" ? "" : "ckpt " + c.checkpoint,
+               c.offload == "none" ? "" : "offload " + c.offload};
+    b.values = {std::max(0.0, r.step_ms - r.comm_wait_ms), r.comm_wait_ms};
+    b.marker = r.comm_busy_ms;
+    steps.bars.push_back(std::move(b));
+  }
+  const double width = std::max(left + all.size() * (bar_w + gap) + 200, svg::width(steps));
   double max_total = 1;
   std::vector<std::array<double, kNumMemCategories>> stacks;
   for (const auto& c : all) {
@@ -313,34 +339,37 @@ std::string to_svg(const std::vector<ConfigFigures>& all) {
     max_total = std::max(max_total, t);
     stacks.push_back(s);
   }
+  // The axis in MiB at nice steps (its top: the scale of the bars).
+  const svg::Ticks mib_ticks = svg::nice_ticks(0, max_total / 1048576, 5);
+  const double scale = mib_ticks.hi * 1048576;
   std::ostringstream os;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "font-family=\"sans-serif\" font-size=\"12\">\n",
-                width, top + height + 106);
+                width, memory_height + svg::height(steps));
   os << buf;
-  std::snprintf(
-      buf, sizeof buf,
-      "<text x=\"%.0f\" y=\"24\" font-size=\"15\">zero-bench: memory per rank by category, rank 0"
-      " (N=%d, %zu parameters, %s; NVMe files not shown)</text>\n",
-      left, all.empty() ? 0 : all.front().ranks, all.empty() ? 0 : all.front().params,
-      all.empty() ? "" : all.front().dtype.c_str());
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.0f\" y=\"24\" font-size=\"15\" font-weight=\"bold\">"
+                "zero-bench: memory per rank by category, rank 0"
+                " (N=%d, %zu parameters, %s; NVMe files not shown)</text>\n",
+                left, all.empty() ? 0 : all.front().ranks, all.empty() ? 0 : all.front().params,
+                all.empty() ? "" : all.front().dtype.c_str());
   os << buf;
-  // Axis with 5 ticks.
-  for (int i = 0; i <= 5; ++i) {
-    const double v = max_total * i / 5, y = top + height - height * i / 5;
+  for (double v : mib_ticks.values) {
+    const double y = top + height - height * v / mib_ticks.hi;
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                  "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.1f MiB</text>\n",
-                  left - 5, y, left + all.size() * (bar_w + gap), y, left - 8, y + 4, v / 1048576);
+                  "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s MiB</text>\n",
+                  left - 5, y, left + all.size() * (bar_w + gap), y, left - 8, y + 4,
+                  svg::tick_label(v, mib_ticks.step).c_str());
     os << buf;
   }
   for (std::size_t i = 0; i < all.size(); ++i) {
     const double x = left + 10 + i * (bar_w + gap);
     double y = top + height;
     for (std::size_t k = 0; k < kNumMemCategories; ++k) {
-      const double h = height * stacks[i][k] / max_total;
+      const double h = height * stacks[i][k] / scale;
       if (h <= 0) continue;
       y -= h;
       std::snprintf(buf, sizeof buf,
@@ -354,12 +383,12 @@ std::string to_svg(const std::vector<ConfigFigures>& all) {
     double total = 0;
     for (double v : stacks[i]) total += v;
     std::snprintf(buf, sizeof buf,
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.1f</text>\n"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">stage %d</text>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                  x + bar_w / 2, y - 5, total / 1048576, x + bar_w / 2, top + height + 18,
-                  all[i].stage, x + bar_w / 2, top + height + 34,
+                  x + bar_w / 2, y - 5, total < 10 * 1048576 ? 2 : 1, total / 1048576,
+                  x + bar_w / 2, top + height + 18, all[i].stage, x + bar_w / 2, top + height + 34,
                   all[i].checkpoint == "none" ? "" : ("ckpt " + all[i].checkpoint).c_str(),
                   x + bar_w / 2, top + height + 50,
                   all[i].offload == "none" ? "" : ("offload " + all[i].offload).c_str());
@@ -376,6 +405,7 @@ std::string to_svg(const std::vector<ConfigFigures>& all) {
                   static_cast<MemCategory>(k) == MemCategory::kActivations ? " (peak)" : "");
     os << buf;
   }
+  os << svg::render(steps, 0, memory_height);
   os << "</svg>\n";
   return os.str();
 }

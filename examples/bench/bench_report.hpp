@@ -1,5 +1,5 @@
 // bench/bench_report.hpp — what zero-bench measured for each configuration, and its writers
-// (text tables, JSON, CSV, an SVG stacked bar chart).
+// (text tables, JSON, CSV, an SVG of stacked bar charts: memory and step time).
 //
 // Thread safety: plain values; the writers are pure functions of them.
 #pragma once
@@ -71,7 +71,9 @@ std::string format_summary(const std::vector<ConfigFigures>& all);
 
 std::string to_json(const std::vector<ConfigFigures>& all);
 std::string to_csv(const std::vector<ConfigFigures>& all);
-// Per-rank memory of rank 0 by category, one stacked bar per configuration.
+// Per-rank memory of rank 0 by category, one stacked bar per configuration; below it rank 0's
+// step time per configuration (exposed communication and the rest, stacked; communication
+// executing beside them).
 std::string to_svg(const std::vector<ConfigFigures>& all);
 
 }  // namespace zero::bench

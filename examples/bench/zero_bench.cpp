@@ -9,6 +9,7 @@
 //              [--reduce-dtype bf16|f16|f32] [--data FILE] [--config ds.json] [--set k=v]...
 //              [--offload none,cpu,nvme] [--nvme-path DIR] [--memory-budget BYTES]
 //              [--json FILE] [--csv FILE] [--svg FILE] [--trace FILE] [--metrics FILE]
+//              [--no-progress]
 //   zero-bench --plan --params 7.5e9 --ranks 64          DESIGN.md / ZeRO-paper figures
 //   zero-bench --plan --layers L --dim D [--vocab V] ... --ranks N   this engine, predicted
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "bench/bench_report.hpp"
+#include "common/progress.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
@@ -58,6 +61,8 @@ constexpr const char* kUsage =
                           Chrome trace JSON: FILE with the configuration before the extension
                           (trace.json -> trace.stage3.json); open in https://ui.perfetto.dev
   --metrics FILE          one JSON line per rank per step: the engine's StepMetrics
+  --no-progress           no progress on stderr (a terminal: a status line with the ETA;
+                          otherwise one line as each configuration starts)
   --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
                           with the model flags (and --vocab V) this engine's bytes per rank
   --help                  this text
@@ -83,6 +88,7 @@ struct Options {
   std::string data = gpt::kDefaultCorpus;
   std::string json, csv, svg;
   std::string trace, metrics;
+  bool progress = true;  // --no-progress: nothing on stderr about how far the run is
   bool plan = false;
   double params = 0;                     // --plan --params
   int vocab = 0;                         // --plan without a corpus
@@ -138,6 +144,8 @@ Options parse(int argc, char** argv) {
       o.trace = value();
     } else if (a == "--metrics") {
       o.metrics = value();
+    } else if (a == "--no-progress") {
+      o.progress = false;
     } else if (a == "--plan") {
       o.plan = true;
     } else if (a == "--params") {
@@ -264,8 +272,8 @@ RankFigures unpack(const std::uint64_t* w) {
   f.total_peak = *w++;
   f.buffers = *w++;
   f.comm_bytes_per_step = *w++;
-  for (double* d : {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms,
-                    &f.traced_step_ms}) {
+  for (double* d :
+       {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms, &f.traced_step_ms}) {
     std::memcpy(d, w++, 8);
   }
   return f;
@@ -278,10 +286,12 @@ struct MetricsLog {
 };
 
 // One configuration's run. trace_path non-empty: with the timeline recorded and written there.
+// step_done (if set) is called by rank 0 with the steps done after each step (the progress).
 ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int stage,
                          const std::string& ckpt, const std::string& offload,
                          Communicator* mpi_world, const std::string& trace_path = "",
-                         MetricsLog* metrics = nullptr) {
+                         MetricsLog* metrics = nullptr,
+                         const std::function<void(int)>& step_done = nullptr) {
   Config cfg = make_config(o, stage, offload);
   cfg.trace.enabled = !trace_path.empty();
   gpt::GptConfig g = o.model;
@@ -339,6 +349,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
       loss = model.forward_backward(e, b);
       const StepResult r = e.step();
       comm.barrier();
+      if (step_done && comm.rank() == 0) step_done(step + 1);
       if (step > 0) {
         times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         busy.push_back(r.metrics.comm_busy_s);
@@ -522,28 +533,67 @@ int run(int argc, char** argv) {
   }
   std::vector<ConfigFigures> all;
   std::map<std::string, double> stage0_ms;  // by checkpointing policy, without offload
+  // The configurations to run, each one's config built now: a bad --config / --set fails at
+  // once (one line on stderr), not after the configurations before it ran.
+  int total = 0;
+  for (const std::string& off : o.offloads) {
+    for (int stage : o.stages) {
+      if (off != "none" && stage == 0) continue;
+      (void)make_config(o, stage, off);
+      total += static_cast<int>(o.checkpoints.size());
+    }
+  }
+  // How far the run is (the printing rank): a status line on a terminal, one line per
+  // configuration elsewhere. Runs per configuration: measured, and with --trace traced too.
+  common::Progress progress("zero-bench", printer && o.progress);
+  const int runs = o.trace.empty() ? 1 : 2;
+  int index = 0;  // of the configuration running, from 1
   for (const std::string& off : o.offloads) {
     for (const std::string& ck : o.checkpoints) {
       for (int stage : o.stages) {
         if (off != "none" && stage == 0) continue;  // offload needs a sharded optimizer
-        ConfigFigures c = run_config(o, corpus, stage, ck, off, world.get(), "", metrics.get());
+        ++index;
+        ConfigFigures named;
+        named.stage = stage;
+        named.checkpoint = ck;
+        named.offload = off;
+        const std::string name = bench::label(named);
+        const std::string of = std::to_string(index) + "/" + std::to_string(total);
+        progress.milestone("configuration " + of + ": " + name);
+        auto step_done = [&](int run) {  // run 0: measured, 1: traced
+          return [&, run](int steps) {
+            progress.update(
+                "configuration " + of + " (" + name + (run == 1 ? ", traced" : "") + ") step " +
+                    std::to_string(steps) + "/" + std::to_string(o.steps),
+                ((index - 1) * runs + run + static_cast<double>(steps) / o.steps) / (total * runs));
+          };
+        };
+        step_done(0)(0);
+        ConfigFigures c =
+            run_config(o, corpus, stage, ck, off, world.get(), "", metrics.get(), step_done(0));
         if (!o.trace.empty()) {  // the same configuration again, traced: the tracing's cost
           const std::string path = trace_file(o.trace, c);
-          const ConfigFigures t = run_config(o, corpus, stage, ck, off, world.get(), path);
+          const ConfigFigures t =
+              run_config(o, corpus, stage, ck, off, world.get(), path, nullptr, step_done(1));
           for (std::size_t q = 0; q < c.per_rank.size(); ++q) {
             c.per_rank[q].traced_step_ms = t.per_rank[q].step_ms;
           }
-          if (printer) std::printf("[zero-bench] timeline of %s: %s\n", bench::label(c).c_str(),
-                                   path.c_str());
+          const common::Progress::Pause pause(progress);
+          if (printer)
+            std::printf("[zero-bench] timeline of %s: %s\n", bench::label(c).c_str(), path.c_str());
         }
         if (stage == 0 && off == "none") stage0_ms[ck] = c.per_rank.front().step_ms;
         c.step_ms_stage0 = stage0_ms[ck];
-        if (printer) std::printf("%s", bench::format_config(c).c_str());
-        std::fflush(stdout);
+        {
+          const common::Progress::Pause pause(progress);
+          if (printer) std::printf("%s", bench::format_config(c).c_str());
+          std::fflush(stdout);
+        }
         all.push_back(std::move(c));
       }
     }
   }
+  progress.finish();
   if (!printer) return 0;
   std::printf("%s", bench::format_summary(all).c_str());
   if (!o.json.empty()) write_file(o.json, bench::to_json(all));

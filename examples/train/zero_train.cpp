@@ -8,19 +8,22 @@
 //              [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme]
 //              [--nvme-path DIR] [--memory-budget BYTES] [--device cpu|cuda]
 //              [--save-dir DIR [--save-every K] [--keep K] [--save-async]] [--resume [DIR]]
-//              [--trace FILE] [--metrics FILE] [--peak-flops F]
+//              [--trace FILE] [--metrics FILE] [--peak-flops F] [--plot FILE] [--no-progress]
 //
 // Ranks: --ranks N runs N in-process ranks (threads); launched by mpirun / srun / torchrun the
 // ranks are the processes. Per step it prints: step, loss, tokens/s, lr, grad norm, loss scale,
-// and rank 0's tracked memory (current / peak).
+// and rank 0's tracked memory (current / peak). On a terminal, stderr holds one status line (step,
+// steps/s, ETA) under those lines; --plot FILE draws the loss curves as an SVG chart.
 //
 // --device cuda (a build with ZERO_WITH_CUDA): the model runs on a GPU (GptCudaModel), the
 // engine on the same GPU and stream, over NCCL; one rank per process and one GPU per rank
 // (--ranks 1, or one process per GPU under mpirun / srun / torchrun: GPU = the local rank).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -32,6 +35,8 @@
 
 #include "gpt/gpt_cuda.hpp"
 #endif
+#include "common/progress.hpp"
+#include "common/svg_chart.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/checkpointing.hpp"
@@ -78,6 +83,9 @@ constexpr const char* kUsage = R"(usage: zero-train [flags]
   --metrics FILE          one JSON line per rank per step: loss, tokens/s, model FLOP/s,
                           peak memory per tier, and the engine's StepMetrics
   --peak-flops F          the hardware's peak FLOP/s per rank: MFU in the step lines and metrics
+  --plot FILE             an SVG chart of the training loss (every step) and the validation loss
+                          (every --eval-every) against the step, written at the end
+  --no-progress           no status line on stderr (shown only when stderr is a terminal)
   --help                  this text
 )";
 
@@ -108,6 +116,8 @@ struct Options {
   std::string resume_dir;  // empty: save_dir
   std::string metrics;     // --metrics FILE (empty: none)
   double peak_flops = 0;   // --peak-flops: per rank; 0 = unknown (no MFU)
+  std::string plot;        // --plot FILE (empty: none)
+  bool progress = true;    // the status line on a terminal's stderr (--no-progress: off)
 };
 
 [[noreturn]] void bad(const std::string& what) {
@@ -182,6 +192,10 @@ Options parse(int argc, char** argv) {
       o.config_args.push_back("trace.path=" + path);
     } else if (a == "--metrics") {
       o.metrics = value();
+    } else if (a == "--plot") {
+      o.plot = value();
+    } else if (a == "--no-progress") {
+      o.progress = false;
     } else if (a == "--peak-flops") {
       const std::string text = value();
       char* end = nullptr;
@@ -310,6 +324,46 @@ double model_flops_per_token(const gpt::GptConfig& g) {
   return 6.0 * matmul_params + 12.0 * g.layers * g.dim * g.seq;
 }
 
+// --plot FILE: the printing rank's loss curves, written at the end of the run by write(), or by
+// the destructor while an error unwinds the run (the curves up to the failure; a write error
+// then is dropped, not reported over the run's own).
+struct LossPlot {
+  std::string path;   // empty: no --plot
+  std::string title;  // the run: stage, ranks, model
+  std::vector<svg::Point> train, val;
+  bool written = false;
+
+  void write(const std::string& note = "") {
+    written = true;
+    svg::LineChart chart;
+    chart.title = title + note;
+    chart.x_label = "step";
+    chart.y_label = "loss (nats per character, mean over ranks)";
+    chart.width = std::max(900.0, 40 + 8.5 * static_cast<double>(chart.title.size()));
+    chart.series.push_back({.name = "training loss (every step)",
+                            .color = "#4e79a7",
+                            .points = train,
+                            .stroke_width = 1.25});
+    chart.series.push_back({.name = "validation loss (every --eval-every steps)",
+                            .color = "#e15759",
+                            .points = val,
+                            .markers = true,
+                            .stroke_width = 2});
+    std::ofstream out(path, std::ios::trunc);
+    out << svg::document(chart.width, chart.height, svg::render(chart));
+    ZERO_CHECK(out.good(), kIO, "--plot: cannot write '", path, "'");
+  }
+  ~LossPlot() {
+    if (path.empty() || written || std::uncaught_exceptions() == 0) return;
+    try {
+      const double last = train.empty() ? 0 : train.back().x;
+      write(" (stopped by an error after step " + std::to_string(static_cast<long long>(last)) +
+            ")");
+    } catch (...) {
+    }
+  }
+};
+
 // One rank's training. `make_model(config, tracker)` returns the model (a unique_ptr to
 // GptModel or GptCudaModel: the same surface).
 template <typename MakeModel>
@@ -401,6 +455,19 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
   // warning after kSkipWarn in a row, an error when every step of the run was skipped.
   constexpr int kSkipWarn = 10;
   int skipped_in_a_row = 0, ran = 0;
+  LossPlot plot;
+  if (printer && !o.plot.empty()) {
+    plot.path = o.plot;
+    plot.title = "zero-train: loss, stage " + std::to_string(e.stage()) + ", " +
+                 std::to_string(comm.size()) + (comm.size() == 1 ? " rank, " : " ranks, ") +
+                 std::to_string(g.num_params()) + " parameters (" + std::to_string(g.layers) +
+                 " layers, dim " + std::to_string(g.dim) + ", seq " + std::to_string(g.seq) +
+                 "), " + std::string(to_string(e.param_dtype()));
+  }
+  // The status line (a terminal's stderr, the printing rank): steps done, pace and ETA; cleared
+  // while a line goes to stdout (Pause, under `print`).
+  common::Progress progress("zero-train", printer && o.progress);
+  progress.update("step " + std::to_string(first) + "/" + std::to_string(o.steps), 0);
   for (int step = first; step < o.steps; ++step) {
     const auto t0 = Clock::now();
     double loss = 0;
@@ -417,6 +484,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     skipped_in_a_row = r.applied ? 0 : skipped_in_a_row + 1;
     if (printer && skipped_in_a_row == kSkipWarn) {
       std::lock_guard<std::mutex> lock(print);
+      const common::Progress::Pause pause(progress);
       std::fprintf(stderr,
                    "zero-train: warning: %d steps in a row skipped for non-finite gradients "
                    "(step %d, lr %.3g, loss scale %g): check optimizer.params.lr and fp16\n",
@@ -430,9 +498,11 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     const double flops_per_rank = tokens * model_flops_per_token(g) / comm.size() / secs;
     const double mfu = o.peak_flops > 0 ? flops_per_rank / o.peak_flops : 0.0;
     if (printer) {
+      if (!plot.path.empty()) plot.train.push_back({static_cast<double>(step + 1), l});
       char mfu_text[32] = "";
       if (mfu > 0) std::snprintf(mfu_text, sizeof mfu_text, " (MFU %.2f%%)", 100 * mfu);
       std::lock_guard<std::mutex> lock(print);
+      const common::Progress::Pause pause(progress);
       std::printf(
           "step %5d | loss %.4f | %8.0f tok/s | %.3g model FLOP/s/rank%s | exposed comm %.0f%% | "
           "lr %.3e | grad norm %8.4f | scale %g%s | rank 0 memory %s (peak %s)\n",
@@ -442,6 +512,15 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
           format_bytes(e.tracker().current_memory()).c_str(),
           format_bytes(e.tracker().peak_memory()).c_str());
       std::fflush(stdout);
+      if (progress.on_terminal()) {
+        const int done = step + 1 - first, todo = o.steps - first;
+        const double rate = done / std::max(progress.elapsed_s(), 1e-9);
+        char status[96];
+        std::snprintf(status, sizeof status,
+                      rate >= 1 ? "step %d/%d, %.1f step/s" : "step %d/%d, %.2g s/step", step + 1,
+                      o.steps, rate >= 1 ? rate : 1 / rate);
+        progress.update(status, static_cast<double>(done) / todo);
+      }
     }
     if (metrics != nullptr) {
       const MemoryTracker& t = e.tracker();
@@ -467,6 +546,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
       const double stall = std::chrono::duration<double>(Clock::now() - s0).count();
       if (printer) {
         std::lock_guard<std::mutex> lock(print);
+        const common::Progress::Pause pause(progress);
         std::printf("save  %5d | %s | rank 0 wrote %s | step stall %.3f s%s\n", step + 1,
                     info.path.c_str(), format_bytes(info.bytes).c_str(), stall,
                     o.save_async ? " (asynchronous: written in the background)" : "");
@@ -477,20 +557,28 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
       const float vl =
           mean_over_ranks(comm, static_cast<float>(model.forward_loss(e, vb)), where, loss_scratch);
       if (printer) {
+        if (!plot.path.empty()) plot.val.push_back({static_cast<double>(step + 1), vl});
         std::lock_guard<std::mutex> lock(print);
+        const common::Progress::Pause pause(progress);
         std::printf("eval  %5d | validation loss %.4f\n", step + 1, vl);
       }
     }
+  }
+  progress.finish();
+  if (!plot.path.empty()) {
+    plot.write();
+    std::lock_guard<std::mutex> lock(print);
+    std::printf("loss curves (SVG): %s\n", plot.path.c_str());
   }
   if (saver) saver->wait();
   if (e.tracer() != nullptr) {  // --trace / trace.enabled: every rank's timeline, one file
     e.write_trace(run_cfg.trace.path);
     if (printer) {
       std::lock_guard<std::mutex> lock(print);
-      std::printf("timeline (Chrome trace JSON, https://ui.perfetto.dev): %s%s\n",
-                  run_cfg.trace.path.c_str(),
-                  comm.backend() == "nccl" ? " (one file per rank: .rank<r> before the extension)"
-                                           : "");
+      std::printf(
+          "timeline (Chrome trace JSON, https://ui.perfetto.dev): %s%s\n",
+          run_cfg.trace.path.c_str(),
+          comm.backend() == "nccl" ? " (one file per rank: .rank<r> before the extension)" : "");
     }
   }
   // A skipped step leaves the parameters as they were: once every step skips (parameters or
