@@ -36,9 +36,10 @@
 #include "gpt/gpt_cuda.hpp"
 #endif
 #include "common/progress.hpp"
-#include "common/svg_chart.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
+#include "train/train_options.hpp"
+#include "train/train_report.hpp"
 #include "zero/checkpointing.hpp"
 #include "zero/ckpt.hpp"
 #include "zero/comm.hpp"
@@ -50,235 +51,10 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: zero-train [flags]
-  --zero-stage S          ZeRO stage 0-3 (default 0; also --config / ZERO_STAGE)
-  --ranks N               in-process ranks (default 2); under mpirun/srun/torchrun the processes
-  --config FILE           DeepSpeed-style JSON config;  --set key.path=value  one key (repeatable)
-  --layers L --dim D --heads H --seq T    the GPT model (default 4, 128, 4, 64)
-  --batch B               sequences per rank per micro-step (default: the config's
-                          train_micro_batch_size_per_gpu, derived from train_batch_size as
-                          DeepSpeed does, else 8); with that key set too, the two must agree
-  --steps K               optimizer steps (default 200)
-  --dtype f32|bf16|f16    working dtype (default: the config's, else f32)
-  --grad-accum A          micro-steps per step
-  --lr X                  peak learning rate
-  --checkpoint-activations [P]   activation checkpointing: sqrt (bare), every:K, list:A,B
-  --data FILE             training text (default /usr/share/common-licenses/GPL-3)
-  --eval-every K          validation loss every K steps (0: never)
-  --seed S                data and init seed
-  --offload-optimizer none|cpu|nvme   fp32 master + optimizer state to pinned memory / NVMe
-  --offload-param none|cpu|nvme       stage-3 parameter shards to pinned memory / NVMe
-  --nvme-path DIR         directory of the swap files (both offloads)
-  --memory-budget B       cap each rank's memory (e.g. 512M, 2G); NVMe files are not counted
-  --device cpu|cuda       where the model and the engine run (default cpu); cuda: one GPU per
-                          rank over NCCL (--ranks 1, or one process per GPU under a launcher)
-  --save-dir DIR          save training-state checkpoints under DIR (DIR/step-<n>, DIR/latest)
-  --save-every K          ... every K steps (default: only after the last step)
-  --keep K                keep the newest K checkpoints (default 0: all)
-  --save-async            write checkpoints on a background thread (the step only snapshots)
-  --resume [DIR]          continue from DIR's latest checkpoint (default: --save-dir), at any
-                          --ranks and stage; the data continues at the saved step
-  --trace FILE            record the run's timeline (config trace.enabled / trace.path) and
-                          write it as Chrome trace JSON (https://ui.perfetto.dev)
-  --metrics FILE          one JSON line per rank per step: loss, tokens/s, model FLOP/s,
-                          peak memory per tier, and the engine's StepMetrics
-  --peak-flops F          the hardware's peak FLOP/s per rank: MFU in the step lines and metrics
-  --plot FILE             an SVG chart of the training loss (every step) and the validation loss
-                          (every --eval-every) against the step, written at the end
-  --no-progress           no status line on stderr (shown only when stderr is a terminal)
-  --help                  this text
-)";
-
 using namespace zero;
 using Clock = std::chrono::steady_clock;
-
-struct Options {
-  int ranks = 2;
-  gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 4, .dim = 128, .heads = 4};
-  int batch = 8;             // --batch, else train_micro_batch_size_per_gpu (make_config)
-  bool batch_given = false;  // --batch on the command line
-  int steps = 200;
-  std::string dtype;   // empty: from the config (bf16.enabled / fp16.enabled), else f32
-  int grad_accum = 0;  // 0: from the config
-  double lr = 0;       // 0: from the config
-  std::string checkpoint = "none";
-  std::string data = gpt::kDefaultCorpus;
-  int eval_every = 50;
-  std::uint64_t seed = 1;
-  double memory_budget = 0;  // bytes of memory per rank (all tiers but NVMe); 0: none
-  std::vector<std::string> config_args;
-  std::string device = "cpu";  // cpu | cuda
-  std::string save_dir;        // training-state checkpoints (empty: none)
-  int save_every = 0;          // 0: after the last step only
-  int keep = 0;
-  bool save_async = false;
-  bool resume = false;
-  std::string resume_dir;  // empty: save_dir
-  std::string metrics;     // --metrics FILE (empty: none)
-  double peak_flops = 0;   // --peak-flops: per rank; 0 = unknown (no MFU)
-  std::string plot;        // --plot FILE (empty: none)
-  bool progress = true;    // the status line on a terminal's stderr (--no-progress: off)
-};
-
-[[noreturn]] void bad(const std::string& what) {
-  ZERO_THROW(kInvalidArgument, what, " (run zero-train --help)");
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  bool ranks_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) bad(a + " needs a value");
-      return argv[++i];
-    };
-    ranks_given = ranks_given || a == "--ranks";
-    o.batch_given = o.batch_given || a == "--batch";
-    if (gpt::common_flag(a, value, o)) {
-      continue;
-    } else if (a == "--device") {
-      o.device = value();
-    } else if (a == "--dtype") {
-      o.dtype = value();
-    } else if (a == "--grad-accum") {
-      o.grad_accum = gpt::flag_int(a, value());
-    } else if (a == "--lr") {
-      const std::string text = value();
-      char* end = nullptr;
-      o.lr = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !std::isfinite(o.lr) || o.lr <= 0) {
-        bad("--lr expects a finite number > 0, got '" + text.substr(0, 40) + "'");
-      }
-    } else if (a == "--checkpoint-activations") {
-      // Optional policy argument: none | every:K | sqrt | list:...; bare flag = sqrt.
-      if (i + 1 < argc && argv[i + 1][0] != '-') {
-        o.checkpoint = value();
-      } else {
-        o.checkpoint = "sqrt";
-      }
-    } else if (a == "--eval-every") {
-      o.eval_every = gpt::flag_int(a, value());
-    } else if (a == "--seed") {
-      o.seed = static_cast<std::uint64_t>(gpt::flag_int(a, value()));
-    } else if (a == "--offload-optimizer") {
-      o.config_args.push_back("--set");
-      o.config_args.push_back("zero_optimization.offload_optimizer.device=" + value());
-    } else if (a == "--offload-param") {
-      o.config_args.push_back("--set");
-      o.config_args.push_back("zero_optimization.offload_param.device=" + value());
-    } else if (a == "--nvme-path") {  // for both offloads
-      const std::string dir = value();
-      for (const char* key : {"offload_optimizer", "offload_param"}) {
-        o.config_args.push_back("--set");
-        o.config_args.push_back(std::string("zero_optimization.") + key + ".nvme_path=" + dir);
-      }
-    } else if (a == "--save-dir") {
-      o.save_dir = value();
-    } else if (a == "--save-every") {
-      o.save_every = gpt::flag_int(a, value());
-    } else if (a == "--keep") {
-      o.keep = gpt::flag_int(a, value());
-    } else if (a == "--save-async") {
-      o.save_async = true;
-    } else if (a == "--resume") {
-      o.resume = true;
-      if (i + 1 < argc && argv[i + 1][0] != '-') o.resume_dir = argv[++i];
-    } else if (a == "--trace") {
-      const std::string path = value();
-      o.config_args.push_back("--set");
-      o.config_args.push_back("trace.enabled=true");
-      o.config_args.push_back("--set");
-      o.config_args.push_back("trace.path=" + path);
-    } else if (a == "--metrics") {
-      o.metrics = value();
-    } else if (a == "--plot") {
-      o.plot = value();
-    } else if (a == "--no-progress") {
-      o.progress = false;
-    } else if (a == "--peak-flops") {
-      const std::string text = value();
-      char* end = nullptr;
-      o.peak_flops = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !std::isfinite(o.peak_flops) || o.peak_flops <= 0) {
-        bad("--peak-flops expects a finite number > 0 (FLOP/s), got '" + text.substr(0, 40) + "'");
-      }
-    } else if (a == "--zero-stage") {
-      o.config_args.push_back(a);
-      o.config_args.push_back(value());
-    } else {
-      bad("unknown argument '" + a + "'");
-    }
-  }
-  if (o.device != "cpu" && o.device != "cuda") {
-    bad("--device expects cpu or cuda, got '" + o.device + "'");
-  }
-#if !defined(ZERO_GPT_WITH_CUDA)
-  if (o.device == "cuda") {
-    bad("--device cuda needs zero-train built with CUDA (configure with -DZERO_WITH_CUDA=ON)");
-  }
-#endif
-  // One GPU per process: --ranks defaults to 1 there (and must be 1 unless a launcher starts
-  // the ranks, which run() checks).
-  if (o.device == "cuda" && !ranks_given) o.ranks = 1;
-  if (o.ranks < 1) bad("--ranks must be >= 1");
-  if (o.steps < 1) bad("--steps must be >= 1");
-  if (o.batch < 1) bad("--batch must be >= 1");
-  if (o.save_every < 0 || o.keep < 0) bad("--save-every and --keep must be >= 0");
-  if ((o.save_every > 0 || o.keep > 0 || o.save_async) && o.save_dir.empty()) {
-    bad("--save-every / --keep / --save-async need --save-dir");
-  }
-  if (o.resume && o.resume_dir.empty() && o.save_dir.empty()) {
-    bad("--resume needs a directory (--resume DIR, or --save-dir DIR)");
-  }
-  (void)CheckpointSpec::parse(o.checkpoint);
-  return o;
-}
-
-Config make_config(const Options& o) {
-  ConfigBuilder b;
-  // File < environment < flags, as every zero program.
-  std::vector<std::string> files, rest;
-  for (std::size_t i = 0; i < o.config_args.size(); i += 2) {
-    if (o.config_args[i] == "--config") {
-      b.merge_file(o.config_args[i + 1]);
-    } else {
-      rest.push_back(o.config_args[i]);
-      rest.push_back(o.config_args[i + 1]);
-    }
-  }
-  b.apply_env();
-  b.apply_args(rest);
-  if (!o.dtype.empty()) {
-    const DType w = parse_dtype(o.dtype);
-    b.set(std::string("bf16.enabled=") + (w == DType::kBF16 ? "true" : "false"), "--dtype");
-    b.set(std::string("fp16.enabled=") + (w == DType::kF16 ? "true" : "false"), "--dtype");
-  }
-  if (o.grad_accum > 0) {
-    b.set("gradient_accumulation_steps=" + std::to_string(o.grad_accum), "--grad-accum");
-  }
-  if (o.lr > 0) {
-    char lr[32];
-    std::snprintf(lr, sizeof lr, "%.17g", o.lr);  // std::to_string's %f makes 1e-7 zero
-    b.set(std::string("optimizer.params.lr=") + lr, "--lr");
-  }
-  Config cfg = b.build();
-  // The micro batch: --batch, or the config's train_micro_batch_size_per_gpu; both given, they
-  // must agree. Neither: derived from train_batch_size at engine start if that is set (DeepSpeed's
-  // rule), else zero-train's default.
-  if (o.batch_given) {
-    if (cfg.micro_batch_given && cfg.train_micro_batch_size_per_gpu != o.batch) {
-      ZERO_THROW(kConfig, "--batch ", o.batch,
-                 " and config key 'train_micro_batch_size_per_gpu' = ",
-                 cfg.train_micro_batch_size_per_gpu, " disagree: give one of them");
-    }
-    cfg.train_micro_batch_size_per_gpu = o.batch;
-    cfg.micro_batch_given = true;
-  } else if (!cfg.micro_batch_given && cfg.train_batch_size == 0) {
-    cfg.train_micro_batch_size_per_gpu = o.batch;
-  }
-  return cfg;
-}
+using train::bad;
+using train::Options;
 
 // Where a rank computes: the CPU (GptModel, any communicator), or one GPU (GptCudaModel; the
 // engine and the NCCL communicator on `stream`, a cudaStream_t).
@@ -314,55 +90,6 @@ float mean_over_ranks(Communicator& comm, float x, const Placement& where, const
 #endif
   return x;
 }
-
-// Model FLOPs per trained token, the convention of MFU (PaLM, Chowdhery et al. 2022, appendix B):
-// 6 per weight used in a matmul (forward 2, backward 4) — every parameter but the position
-// table, the tied embedding counted once as the head — plus 12 x layers x dim x seq for the
-// attention scores and their weighted sum. Recomputation (checkpointing) is not counted.
-double model_flops_per_token(const gpt::GptConfig& g) {
-  const double matmul_params = static_cast<double>(g.num_params()) - double{1} * g.seq * g.dim;
-  return 6.0 * matmul_params + 12.0 * g.layers * g.dim * g.seq;
-}
-
-// --plot FILE: the printing rank's loss curves, written at the end of the run by write(), or by
-// the destructor while an error unwinds the run (the curves up to the failure; a write error
-// then is dropped, not reported over the run's own).
-struct LossPlot {
-  std::string path;   // empty: no --plot
-  std::string title;  // the run: stage, ranks, model
-  std::vector<svg::Point> train, val;
-  bool written = false;
-
-  void write(const std::string& note = "") {
-    written = true;
-    svg::LineChart chart;
-    chart.title = title + note;
-    chart.x_label = "step";
-    chart.y_label = "loss (nats per character, mean over ranks)";
-    chart.width = std::max(900.0, 40 + 8.5 * static_cast<double>(chart.title.size()));
-    chart.series.push_back({.name = "training loss (every step)",
-                            .color = "#4e79a7",
-                            .points = train,
-                            .stroke_width = 1.25});
-    chart.series.push_back({.name = "validation loss (every --eval-every steps)",
-                            .color = "#e15759",
-                            .points = val,
-                            .markers = true,
-                            .stroke_width = 2});
-    std::ofstream out(path, std::ios::trunc);
-    out << svg::document(chart.width, chart.height, svg::render(chart));
-    ZERO_CHECK(out.good(), kIO, "--plot: cannot write '", path, "'");
-  }
-  ~LossPlot() {
-    if (path.empty() || written || std::uncaught_exceptions() == 0) return;
-    try {
-      const double last = train.empty() ? 0 : train.back().x;
-      write(" (stopped by an error after step " + std::to_string(static_cast<long long>(last)) +
-            ")");
-    } catch (...) {
-    }
-  }
-};
 
 // One rank's training. `make_model(config, tracker)` returns the model (a unique_ptr to
 // GptModel or GptCudaModel: the same surface).
@@ -455,7 +182,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
   // warning after kSkipWarn in a row, an error when every step of the run was skipped.
   constexpr int kSkipWarn = 10;
   int skipped_in_a_row = 0, ran = 0;
-  LossPlot plot;
+  train::LossPlot plot;
   if (printer && !o.plot.empty()) {
     plot.path = o.plot;
     plot.title = "zero-train: loss, stage " + std::to_string(e.stage()) + ", " +
@@ -495,7 +222,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     // Throughput of the whole job (every rank's tokens in this rank's step time), and model
     // FLOP/s per rank against --peak-flops (MFU).
     const double tokens = static_cast<double>(batch) * g.seq * accum * comm.size();
-    const double flops_per_rank = tokens * model_flops_per_token(g) / comm.size() / secs;
+    const double flops_per_rank = tokens * train::model_flops_per_token(g) / comm.size() / secs;
     const double mfu = o.peak_flops > 0 ? flops_per_rank / o.peak_flops : 0.0;
     if (printer) {
       if (!plot.path.empty()) plot.train.push_back({static_cast<double>(step + 1), l});
@@ -523,20 +250,20 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
       }
     }
     if (metrics != nullptr) {
-      const MemoryTracker& t = e.tracker();
+      const std::string line = train::metrics_line({.step = step + 1,
+                                                    .rank = comm.rank(),
+                                                    .loss = l,
+                                                    .rank_loss = loss,
+                                                    .step_s = secs,
+                                                    .tokens = tokens,
+                                                    .flops_per_rank = flops_per_rank,
+                                                    .mfu = mfu,
+                                                    .lr = r.lr,
+                                                    .grad_norm = r.grad_norm,
+                                                    .applied = r.applied},
+                                                   e.tracker(), r.metrics);
       std::lock_guard<std::mutex> lock(print);
-      *metrics << "{\"step\":" << step + 1 << ",\"rank\":" << comm.rank() << ",\"loss\":" << l
-               << ",\"rank_loss\":" << loss << ",\"step_s\":" << secs
-               << ",\"tokens_per_s\":" << tokens / secs
-               << ",\"model_flops_per_s_per_rank\":" << flops_per_rank;
-      if (mfu > 0) *metrics << ",\"mfu\":" << mfu;
-      *metrics << ",\"lr\":" << r.lr << ",\"grad_norm\":" << r.grad_norm
-               << ",\"applied\":" << (r.applied ? "true" : "false") << ",\"peak_bytes\":{";
-      for (std::size_t k = 0; k < kNumMemTiers; ++k) {
-        const auto tier = static_cast<MemTier>(k);
-        *metrics << (k > 0 ? "," : "") << '"' << to_string(tier) << "\":" << t.peak(tier);
-      }
-      *metrics << "},\"engine\":" << to_json(r.metrics) << "}\n";
+      *metrics << line << '\n';
       metrics->flush();
     }
     if (saver && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || step + 1 == o.steps)) {
@@ -636,12 +363,12 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
+      std::fputs(train::kUsage, stdout);
       return 0;
     }
   }
-  const Options o = parse(argc, argv);
-  const Config cfg = make_config(o);
+  const Options o = train::parse(argc, argv);
+  const Config cfg = train::make_config(o);
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
   std::mutex print;
   // --metrics: in-process ranks share one file (lines under the print lock); under a launcher

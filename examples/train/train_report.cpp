@@ -1,0 +1,66 @@
+// What zero-train reports of a run besides its step lines (see train/train_report.hpp).
+#include "train/train_report.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <fstream>
+#include <sstream>
+
+#include "zero/error.hpp"
+
+namespace zero::train {
+
+double model_flops_per_token(const gpt::GptConfig& g) {
+  const double matmul_params = static_cast<double>(g.num_params()) - double{1} * g.seq * g.dim;
+  return 6.0 * matmul_params + 12.0 * g.layers * g.dim * g.seq;
+}
+
+void LossPlot::write(const std::string& note) {
+  written = true;
+  svg::LineChart chart;
+  chart.title = title + note;
+  chart.x_label = "step";
+  chart.y_label = "loss (nats per character, mean over ranks)";
+  chart.width = std::max(900.0, 40 + 8.5 * static_cast<double>(chart.title.size()));
+  chart.series.push_back({.name = "training loss (every step)",
+                          .color = "#4e79a7",
+                          .points = train,
+                          .stroke_width = 1.25});
+  chart.series.push_back({.name = "validation loss (every --eval-every steps)",
+                          .color = "#e15759",
+                          .points = val,
+                          .markers = true,
+                          .stroke_width = 2});
+  std::ofstream out(path, std::ios::trunc);
+  out << svg::document(chart.width, chart.height, svg::render(chart));
+  ZERO_CHECK(out.good(), kIO, "--plot: cannot write '", path, "'");
+}
+
+LossPlot::~LossPlot() {
+  if (path.empty() || written || std::uncaught_exceptions() == 0) return;
+  try {
+    const double last = train.empty() ? 0 : train.back().x;
+    write(" (stopped by an error after step " + std::to_string(static_cast<long long>(last)) + ")");
+  } catch (...) {
+  }
+}
+
+std::string metrics_line(const StepLine& s, const MemoryTracker& tracker,
+                         const StepMetrics& engine) {
+  std::ostringstream os;
+  os << "{\"step\":" << s.step << ",\"rank\":" << s.rank << ",\"loss\":" << s.loss
+     << ",\"rank_loss\":" << s.rank_loss << ",\"step_s\":" << s.step_s
+     << ",\"tokens_per_s\":" << s.tokens / s.step_s
+     << ",\"model_flops_per_s_per_rank\":" << s.flops_per_rank;
+  if (s.mfu > 0) os << ",\"mfu\":" << s.mfu;
+  os << ",\"lr\":" << s.lr << ",\"grad_norm\":" << s.grad_norm
+     << ",\"applied\":" << (s.applied ? "true" : "false") << ",\"peak_bytes\":{";
+  for (std::size_t k = 0; k < kNumMemTiers; ++k) {
+    const auto tier = static_cast<MemTier>(k);
+    os << (k > 0 ? "," : "") << '"' << to_string(tier) << "\":" << tracker.peak(tier);
+  }
+  os << "},\"engine\":" << to_json(engine) << "}";
+  return os.str();
+}
+
+}  // namespace zero::train

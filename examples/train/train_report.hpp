@@ -1,0 +1,56 @@
+// train/train_report.hpp — what zero-train reports of a run besides its step lines: the model
+// FLOPs per token behind MFU, the --metrics JSON line, the --plot loss curves.
+//
+// Thread safety: plain values and functions; LossPlot belongs to the printing rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/svg_chart.hpp"
+#include "gpt/gpt_model.hpp"
+#include "zero/engine.hpp"
+#include "zero/memory.hpp"
+
+namespace zero::train {
+
+// Model FLOPs per trained token, the convention of MFU (PaLM, Chowdhery et al. 2022, appendix B):
+// 6 per weight used in a matmul (forward 2, backward 4) — every parameter but the position
+// table, the tied embedding counted once as the head — plus 12 x layers x dim x seq for the
+// attention scores and their weighted sum. Recomputation (checkpointing) is not counted.
+double model_flops_per_token(const gpt::GptConfig& g);
+
+// --plot FILE: the printing rank's loss curves, written at the end of the run by write(), or by
+// the destructor while an error unwinds the run (the curves up to the failure; a write error
+// then is dropped, not reported over the run's own).
+struct LossPlot {
+  std::string path;   // empty: no --plot
+  std::string title;  // the run: stage, ranks, model
+  std::vector<svg::Point> train, val;
+  bool written = false;
+
+  // Throws kIO naming the file when it cannot be written.
+  void write(const std::string& note = "");
+  ~LossPlot();
+};
+
+// One step of one rank, as --metrics writes it.
+struct StepLine {
+  int step = 0;
+  int rank = 0;
+  double loss = 0;       // the mean over ranks
+  double rank_loss = 0;  // this rank's
+  double step_s = 0;
+  double tokens = 0;  // every rank's tokens in this step
+  double flops_per_rank = 0;
+  double mfu = 0;  // 0: no --peak-flops
+  double lr = 0;
+  double grad_norm = 0;
+  bool applied = true;
+};
+// One JSON object on one line: the step, throughput, peak bytes per memory tier of `tracker`,
+// and the engine's metrics.
+std::string metrics_line(const StepLine& s, const MemoryTracker& tracker,
+                         const StepMetrics& engine);
+
+}  // namespace zero::train
