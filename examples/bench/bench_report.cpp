@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -29,6 +30,46 @@ std::string ratio(double measured, double predicted) {
 }
 
 }  // namespace
+
+std::vector<std::uint64_t> pack(const RankFigures& f) {
+  std::vector<std::uint64_t> w;
+  w.push_back(static_cast<std::uint64_t>(f.rank));
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+      w.push_back(f.current[k][t]);
+      w.push_back(f.peak[k][t]);
+    }
+  }
+  for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step}) {
+    w.push_back(v);
+  }
+  for (double d : {f.step_ms, f.last_loss, f.comm_busy_ms, f.comm_wait_ms, f.traced_step_ms}) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &d, 8);
+    w.push_back(bits);
+  }
+  return w;
+}
+
+RankFigures unpack(const std::uint64_t* w) {
+  RankFigures f;
+  f.rank = static_cast<int>(*w++);
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    for (std::size_t t = 0; t < kNumMemTiers; ++t) {
+      f.current[k][t] = *w++;
+      f.peak[k][t] = *w++;
+    }
+  }
+  f.total_current = *w++;
+  f.total_peak = *w++;
+  f.buffers = *w++;
+  f.comm_bytes_per_step = *w++;
+  for (double* d :
+       {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms, &f.traced_step_ms}) {
+    std::memcpy(d, w++, 8);
+  }
+  return f;
+}
 
 std::string label(const ConfigFigures& c) {
   return "stage " + std::to_string(c.stage) +

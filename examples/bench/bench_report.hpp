@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ struct ConfigFigures {
     return plan.total() + predicted_activations + predicted_other;
   }
 };
+
+// RankFigures as 64-bit words and back: under a launcher every process measures its own rank and
+// the figures travel through an all-gather (which copies bits).
+std::vector<std::uint64_t> pack(const RankFigures& f);
+RankFigures unpack(const std::uint64_t* words);
 
 // "stage 3 +ckpt sqrt +off nvme": the configuration as the tables name it.
 std::string label(const ConfigFigures& c);

@@ -238,47 +238,6 @@ double comm_theory(const PlanInput& pin, const PlanResult& plan, int n, int stag
   return f * psi * rs + f * gathered * ws + (n - 1) * 16.0;
 }
 
-// RankFigures as 64-bit words, to move between processes (an all-gather copies bits).
-std::vector<std::uint64_t> pack(const RankFigures& f) {
-  std::vector<std::uint64_t> w;
-  w.push_back(static_cast<std::uint64_t>(f.rank));
-  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
-    for (std::size_t t = 0; t < kNumMemTiers; ++t) {
-      w.push_back(f.current[k][t]);
-      w.push_back(f.peak[k][t]);
-    }
-  }
-  for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step}) {
-    w.push_back(v);
-  }
-  for (double d : {f.step_ms, f.last_loss, f.comm_busy_ms, f.comm_wait_ms, f.traced_step_ms}) {
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &d, 8);
-    w.push_back(bits);
-  }
-  return w;
-}
-
-RankFigures unpack(const std::uint64_t* w) {
-  RankFigures f;
-  f.rank = static_cast<int>(*w++);
-  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
-    for (std::size_t t = 0; t < kNumMemTiers; ++t) {
-      f.current[k][t] = *w++;
-      f.peak[k][t] = *w++;
-    }
-  }
-  f.total_current = *w++;
-  f.total_peak = *w++;
-  f.buffers = *w++;
-  f.comm_bytes_per_step = *w++;
-  for (double* d :
-       {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms, &f.traced_step_ms}) {
-    std::memcpy(d, w++, 8);
-  }
-  return f;
-}
-
 // --metrics: one JSON line per rank per measured step, from every rank's thread.
 struct MetricsLog {
   std::mutex mu;
@@ -394,12 +353,12 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     body(*mpi_world);
     // Each process measured its own rank: all-gather every rank's figures (bits copied).
     const std::vector<std::uint64_t> mine =
-        pack(c.per_rank[static_cast<std::size_t>(mpi_world->rank())]);
+        bench::pack(c.per_rank[static_cast<std::size_t>(mpi_world->rank())]);
     std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(n));
     mpi_world->all_gather(mine.data(), all.data(), mine.size() * 2, DType::kF32);
     for (int q = 0; q < n; ++q) {
       c.per_rank[static_cast<std::size_t>(q)] =
-          unpack(all.data() + static_cast<std::size_t>(q) * mine.size());
+          bench::unpack(all.data() + static_cast<std::size_t>(q) * mine.size());
     }
   } else {
     ThreadGroup::run(n, body, cfg.comm_timeout_s);
