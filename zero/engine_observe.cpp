@@ -121,8 +121,10 @@ void Engine::write_trace(const std::string& path) {
                chrome_trace_fragment(comm.rank(), events, origin, m.tracer->dropped()), tail);
     return;
   }
-  // One origin for all ranks (the earliest event of any), then every rank's fragment to rank 0.
-  // 64-bit values travel as two f32 words (all_gather copies bits).
+  // One origin for all ranks (the earliest event of any); rank 0 opens the file and says whether
+  // it could (so every rank fails alike); then each rank's fragment in turn, broadcast from it
+  // (a rank holds one fragment at a time, not all of them). 64-bit values travel as two f32
+  // words (the collectives copy bits).
   const auto n = static_cast<std::size_t>(comm.size());
   std::vector<std::int64_t> origins(n);
   comm.all_gather(&origin, origins.data(), 2, DType::kF32);
@@ -131,25 +133,32 @@ void Engine::write_trace(const std::string& path) {
     // A rank without events sent its 0: skip it unless every rank has none.
     if (origins[q] != 0) common = common == 0 ? origins[q] : std::min(common, origins[q]);
   }
-  const std::string mine = chrome_trace_fragment(comm.rank(), events, common, m.tracer->dropped());
-  const auto my_len = static_cast<std::int64_t>(mine.size());
-  std::vector<std::int64_t> lens(n);
-  comm.all_gather(&my_len, lens.data(), 2, DType::kF32);
-  std::size_t longest = 0;
-  for (std::int64_t l : lens) longest = std::max(longest, static_cast<std::size_t>(l));
-  const std::size_t w = words(longest);
-  std::vector<float> send(w, 0.0f), recv(comm.rank() == 0 ? w * n : w * n);
-  std::memcpy(send.data(), mine.data(), mine.size());
-  comm.all_gather(send.data(), recv.data(), w, DType::kF32);
-  if (comm.rank() != 0) return;
-  std::string body;
-  for (std::size_t q = 0; q < n; ++q) {
-    if (lens[q] == 0) continue;
-    if (!body.empty()) body += ",\n";
-    body.append(reinterpret_cast<const char*>(recv.data() + q * w),
-                static_cast<std::size_t>(lens[q]));
+  std::ofstream out;
+  float opened = 1.0f;
+  if (comm.rank() == 0) {
+    out.open(path, std::ios::binary | std::ios::trunc);
+    opened = out.good() ? 1.0f : 0.0f;
   }
-  write_text(path, head, body, tail);
+  comm.broadcast(&opened, &opened, 1, DType::kF32, 0);
+  ZERO_CHECK(opened == 1.0f, kIO, "write_trace: rank 0 cannot open '", path, "' for writing");
+  out << head;
+  const std::string mine = chrome_trace_fragment(comm.rank(), events, common, m.tracer->dropped());
+  bool first = true;
+  for (int q = 0; q < comm.size(); ++q) {
+    std::int64_t len = q == comm.rank() ? static_cast<std::int64_t>(mine.size()) : 0;
+    comm.broadcast(&len, &len, 2, DType::kF32, q);
+    std::vector<float> words_of(words(static_cast<std::size_t>(len)), 0.0f);
+    if (q == comm.rank()) std::memcpy(words_of.data(), mine.data(), mine.size());
+    comm.broadcast(words_of.data(), words_of.data(), words_of.size(), DType::kF32, q);
+    if (comm.rank() != 0 || len == 0) continue;
+    if (!first) out << ",\n";
+    first = false;
+    out.write(reinterpret_cast<const char*>(words_of.data()), len);
+  }
+  if (comm.rank() != 0) return;
+  out << tail;
+  out.flush();
+  ZERO_CHECK(out.good(), kIO, "write_trace: writing '", path, "' failed");
 }
 
 }  // namespace zero
