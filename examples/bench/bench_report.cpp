@@ -43,7 +43,8 @@ std::vector<std::uint64_t> pack(const RankFigures& f) {
   for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step}) {
     w.push_back(v);
   }
-  for (double d : {f.step_ms, f.last_loss, f.comm_busy_ms, f.comm_wait_ms, f.traced_step_ms}) {
+  for (double d : {f.step_ms, f.last_loss, f.comm_busy_ms, f.comm_wait_ms, f.traced_step_ms,
+                   f.untraced_step_ms}) {
     std::uint64_t bits = 0;
     std::memcpy(&bits, &d, 8);
     w.push_back(bits);
@@ -64,8 +65,8 @@ RankFigures unpack(const std::uint64_t* w) {
   f.total_peak = *w++;
   f.buffers = *w++;
   f.comm_bytes_per_step = *w++;
-  for (double* d :
-       {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms, &f.traced_step_ms}) {
+  for (double* d : {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms, &f.traced_step_ms,
+                    &f.untraced_step_ms}) {
     std::memcpy(d, w++, 8);
   }
   return f;
@@ -225,7 +226,7 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
     char trace_cols[64] = "";
     if (r.traced_step_ms > 0) {
       std::snprintf(trace_cols, sizeof trace_cols, " %10.1f %11s", r.traced_step_ms,
-                    ratio(r.traced_step_ms, r.step_ms).c_str());
+                    ratio(r.traced_step_ms, r.untraced_step_ms).c_str());
     }
     std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %13s %8.1f %8s %8.1f %8.1f%s\n",
                   label(c).c_str(), mib(static_cast<double>(r.model_state())).c_str(),
@@ -296,7 +297,10 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
       rj["step_ms"] = r.step_ms;
       rj["comm_busy_ms"] = r.comm_busy_ms;
       rj["comm_wait_ms"] = r.comm_wait_ms;
-      if (r.traced_step_ms > 0) rj["traced_step_ms"] = r.traced_step_ms;
+      if (r.traced_step_ms > 0) {
+        rj["traced_step_ms"] = r.traced_step_ms;
+        rj["untraced_step_ms"] = r.untraced_step_ms;
+      }
       rj["comm_bytes_per_step"] = r.comm_bytes_per_step;
       rj["loss"] = r.last_loss;
       ranks.push_back(rj);
@@ -314,7 +318,8 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
     os << ',' << to_string(static_cast<MemCategory>(k));
   }
   os << ",activations_peak,total_current,total_peak,model_state,formula,predicted_total,step_ms,"
-        "comm_bytes_per_step,offload,nvme_bytes,comm_busy_ms,comm_wait_ms,traced_step_ms\n";
+        "comm_bytes_per_step,offload,nvme_bytes,comm_busy_ms,comm_wait_ms,traced_step_ms,"
+        "untraced_step_ms\n";
   for (const auto& c : all) {
     for (const auto& r : c.per_rank) {
       os << c.stage << ',' << c.checkpoint << ',' << c.ranks << ',' << r.rank << ',' << c.dtype
@@ -327,7 +332,7 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
          << static_cast<std::size_t>(c.formula.total()) << ',' << c.predicted_total() << ','
          << r.step_ms << ',' << r.comm_bytes_per_step << ',' << c.offload << ','
          << r.tier(MemTier::kNvme) << ',' << r.comm_busy_ms << ',' << r.comm_wait_ms << ','
-         << r.traced_step_ms << '\n';
+         << r.traced_step_ms << ',' << r.untraced_step_ms << '\n';
     }
   }
   return os.str();

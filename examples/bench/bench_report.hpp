@@ -29,8 +29,11 @@ struct RankFigures {
   // this rank (total) and its thread blocked on them (exposed).
   double comm_busy_ms = 0;
   double comm_wait_ms = 0;
-  // --trace: the median step of the same configuration run again with the timeline recorded.
+  // --trace: the median step of the same configuration run again with the timeline recorded, and
+  // the baseline it is compared with: the mean of the untraced runs before and after it (the
+  // second run of a configuration tends to be the faster one; before-and-after cancels that).
   double traced_step_ms = 0;
+  double untraced_step_ms = 0;
 
   std::size_t category(MemCategory c) const;  // current, all tiers
   std::size_t category_peak(MemCategory c) const;

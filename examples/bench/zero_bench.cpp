@@ -56,8 +56,9 @@ constexpr const char* kUsage =
   --data FILE             training text
   --config FILE, --set k=v      DeepSpeed-style config and overrides for every run
   --json F --csv F --svg F      write the figures
-  --trace FILE            also run each configuration again with the timeline recorded (the
-                          step time traced against untraced is reported) and write it as
+  --trace FILE            also run each configuration with the timeline recorded, then untraced
+                          again (the traced step time against the mean of the untraced runs
+                          around it is reported) and write it as
                           Chrome trace JSON: FILE with the configuration before the extension
                           (trace.json -> trace.stage3.json); open in https://ui.perfetto.dev
   --metrics FILE          one JSON line per rank per step: the engine's StepMetrics
@@ -503,9 +504,10 @@ int run(int argc, char** argv) {
     }
   }
   // How far the run is (the printing rank): a status line on a terminal, one line per
-  // configuration elsewhere. Runs per configuration: measured, and with --trace traced too.
+  // configuration elsewhere. Runs per configuration: measured, and with --trace traced, then
+  // untraced again (the traced run's baseline is the mean of the two around it).
   common::Progress progress("zero-bench", printer && o.progress);
-  const int runs = o.trace.empty() ? 1 : 2;
+  const int runs = o.trace.empty() ? 1 : 3;
   int index = 0;  // of the configuration running, from 1
   for (const std::string& off : o.offloads) {
     for (const std::string& ck : o.checkpoints) {
@@ -519,11 +521,14 @@ int run(int argc, char** argv) {
         const std::string name = bench::label(named);
         const std::string of = std::to_string(index) + "/" + std::to_string(total);
         progress.milestone("configuration " + of + ": " + name);
-        auto step_done = [&](int run) {  // run 0: measured, 1: traced
+        auto step_done = [&](int run) {  // run 0: measured, 1: traced, 2: untraced again
           return [&, run](int steps) {
             progress.update(
-                "configuration " + of + " (" + name + (run == 1 ? ", traced" : "") + ") step " +
-                    std::to_string(steps) + "/" + std::to_string(o.steps),
+                "configuration " + of + " (" + name +
+                    (run == 1   ? ", traced"
+                     : run == 2 ? ", untraced again"
+                                : "") +
+                    ") step " + std::to_string(steps) + "/" + std::to_string(o.steps),
                 ((index - 1) * runs + run + static_cast<double>(steps) / o.steps) / (total * runs));
           };
         };
@@ -534,8 +539,12 @@ int run(int argc, char** argv) {
           const std::string path = trace_file(o.trace, c);
           const ConfigFigures t =
               run_config(o, corpus, stage, ck, off, world.get(), path, nullptr, step_done(1));
+          const ConfigFigures again =
+              run_config(o, corpus, stage, ck, off, world.get(), "", nullptr, step_done(2));
           for (std::size_t q = 0; q < c.per_rank.size(); ++q) {
             c.per_rank[q].traced_step_ms = t.per_rank[q].step_ms;
+            c.per_rank[q].untraced_step_ms =
+                (c.per_rank[q].step_ms + again.per_rank[q].step_ms) / 2;
           }
           const common::Progress::Pause pause(progress);
           if (printer)
