@@ -21,7 +21,7 @@
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
 #include "offload/aio.hpp"
-#include "offload/temp_dir.hpp"
+#include "offload/io_fixtures.hpp"
 #include "zero/comm.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
@@ -33,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using offload::align_up;
+using testing::Aligned;
 using testing::kDims;
 using testing::kRows;
 using testing::make_config;
@@ -45,14 +46,6 @@ constexpr std::size_t kNumStates = 2;
 constexpr std::size_t kStateBytes = 4;
 constexpr int kSteps = 3;
 constexpr int kRanks = 2;
-
-struct Aligned {
-  explicit Aligned(std::size_t n)
-      : mem(static_cast<char*>(std::aligned_alloc(4096, n)), &std::free), p(mem.get()), size(n) {}
-  std::unique_ptr<char, decltype(&std::free)> mem;
-  char* p;
-  std::size_t size;
-};
 
 // Regions of one lane by name: how many, their bytes. Every region must be well formed.
 struct Totals {

@@ -25,8 +25,8 @@
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
 #include "offload/aio.hpp"
+#include "offload/io_fixtures.hpp"
 #include "offload/nvme_swapper.hpp"
-#include "offload/temp_dir.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
@@ -37,6 +37,7 @@ namespace zero {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::Aligned;
 using testing::bitwise_equal;
 using testing::describe;
 using testing::kDims;
@@ -86,15 +87,6 @@ std::vector<char> read_file(const std::string& path) {
   ::close(fd);
   return out;
 }
-
-// Aligned memory for O_DIRECT requests.
-struct Aligned {
-  explicit Aligned(std::size_t n)
-      : mem(static_cast<char*>(std::aligned_alloc(4096, n)), &std::free), p(mem.get()), size(n) {}
-  std::unique_ptr<char, decltype(&std::free)> mem;
-  char* p;
-  std::size_t size;
-};
 
 // ---- the aio engines
 

@@ -1,5 +1,6 @@
-// tests/offload/temp_dir.hpp — a fresh directory for swap files (under TMPDIR, else /tmp: the
-// work disk, where O_DIRECT works), removed with its content at the end of the test.
+// tests/offload/io_fixtures.hpp — what the offload tests do I/O with: a fresh directory for swap
+// files (under TMPDIR, else /tmp: the work disk, where O_DIRECT works), removed with its content
+// at the end of the test, and 4096-aligned memory for O_DIRECT requests.
 #pragma once
 
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -39,6 +41,15 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// Aligned memory for O_DIRECT requests.
+struct Aligned {
+  explicit Aligned(std::size_t n)
+      : mem(static_cast<char*>(std::aligned_alloc(4096, n)), &std::free), p(mem.get()), size(n) {}
+  std::unique_ptr<char, decltype(&std::free)> mem;
+  char* p;
+  std::size_t size;
 };
 
 }  // namespace zero::testing
