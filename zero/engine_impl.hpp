@@ -94,7 +94,6 @@ struct Engine::Impl final : offload::ShardAccess {
       own_tracer = std::make_unique<Tracer>(c.rank(), static_cast<std::size_t>(cfg.trace.capacity));
       tracer = own_tracer.get();
     }
-    if (tracer != nullptr) c.set_tracer(tracer);
     if (!opts.poison_released.has_value()) {
 #ifdef NDEBUG
       opts.poison_released = false;
@@ -114,6 +113,8 @@ struct Engine::Impl final : offload::ShardAccess {
                ")");
     input = detail::placement_input(cfg, {}, c.size(), c.rank(), opts.alignment, own,
                                     dev->host_accessible());
+    // Last: a constructor that throws runs no destructor to take the tracer back.
+    if (tracer != nullptr) c.set_tracer(tracer);
   }
 
   // The rooms wait for their collectives in flight as they go; only then may the communicator

@@ -311,6 +311,14 @@ TEST(EngineTrace, ErrorsNameWhatWasWrong) {
     expect_error([&] { off.write_trace("/tmp/x.json"); }, ErrorCode::kInvalidArgument,
                  "tracing is off");
   });
+  // An engine that fails to construct leaves no tracer (its own, destroyed) on the communicator.
+  ThreadGroup::run(1, [&](Communicator& comm) {
+    EngineOptions eo;
+    eo.device = Device::cuda(0);  // with the in-process communicator: refused at construction
+    EXPECT_THROW(Engine(comm, parse_config(R"({"trace": {"enabled": true}})"), eo), Error);
+    EXPECT_EQ(comm.tracer(), nullptr);
+    comm.barrier();
+  });
   // Rank 0 cannot write the file: every rank fails alike (none waits for a fragment forever).
   ThreadGroup::run(3, [&](Communicator& comm) {
     Engine on(comm, parse_config(R"({"trace": {"enabled": true}})"));
