@@ -38,10 +38,13 @@ StepMetrics Engine::Impl::close_window(bool boundary) {
   m.micro_steps = window.micro_steps;
   m.window_s = std::chrono::duration<double>(now - window_start).count();
   const CommStats c = comm.stats();
-  m.comm_busy_s = static_cast<double>(c.busy_ns - comm_at_start.busy_ns) * 1e-9;
-  m.comm_wait_s = static_cast<double>(c.wait_ns - comm_at_start.wait_ns) * 1e-9;
-  m.comm_bytes_sent = c.bytes_sent() - comm_at_start.bytes_sent();
-  m.comm_bytes_received = c.bytes_received() - comm_at_start.bytes_received();
+  // Since the window opened; a trainer that reset the communicator's stats inside the window
+  // (Communicator::reset_stats) gets what was counted since the reset.
+  auto since = [](std::uint64_t now, std::uint64_t then) { return now >= then ? now - then : now; };
+  m.comm_busy_s = static_cast<double>(since(c.busy_ns, comm_at_start.busy_ns)) * 1e-9;
+  m.comm_wait_s = static_cast<double>(since(c.wait_ns, comm_at_start.wait_ns)) * 1e-9;
+  m.comm_bytes_sent = since(c.bytes_sent(), comm_at_start.bytes_sent());
+  m.comm_bytes_received = since(c.bytes_received(), comm_at_start.bytes_received());
   std::uint64_t io_now[4];
   read_io(io, io_now);
   m.host_to_device_bytes = io_now[0] - io_at_start[0];
