@@ -40,7 +40,8 @@ StepMetrics Engine::Impl::close_window(bool boundary) {
   const CommStats c = comm.stats();
   // Since the window opened; a trainer that reset the communicator's stats inside the window
   // (Communicator::reset_stats) gets what was counted since the reset.
-  auto since = [](std::uint64_t now, std::uint64_t then) { return now >= then ? now - then : now; };
+  const bool reset = c.resets != comm_at_start.resets;
+  auto since = [&](std::uint64_t now, std::uint64_t then) { return reset ? now : now - then; };
   m.comm_busy_s = static_cast<double>(since(c.busy_ns, comm_at_start.busy_ns)) * 1e-9;
   m.comm_wait_s = static_cast<double>(since(c.wait_ns, comm_at_start.wait_ns)) * 1e-9;
   m.comm_bytes_sent = since(c.bytes_sent(), comm_at_start.bytes_sent());

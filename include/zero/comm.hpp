@@ -99,6 +99,8 @@ struct CommStats {
   // handles: the exposed communication time). Counted always (two clock reads a collective).
   std::uint64_t busy_ns = 0;
   std::uint64_t wait_ns = 0;
+  // How many times reset_stats() ran: two readings with the same value can be subtracted.
+  std::uint64_t resets = 0;
   const CommCounters& operator[](Collective c) const { return by_op[static_cast<std::size_t>(c)]; }
   std::uint64_t bytes_sent() const;
   std::uint64_t bytes_received() const;
@@ -318,6 +320,7 @@ class Communicator {
   std::vector<int> world_ranks_;
   std::atomic<double> timeout_s_;
   std::array<std::array<std::atomic<std::uint64_t>, 3>, kNumCollectives> stats_{};
+  std::atomic<std::uint64_t> resets_{0};
   // Collective timestamps (owning thread: seq_, event_capacity_, the pending event).
   std::uint64_t seq_ = 0;
   std::size_t event_capacity_ = 0;

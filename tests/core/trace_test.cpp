@@ -157,9 +157,11 @@ TEST(CommTrace, CollectivesWaitsAndTagsAreRecordedAndTimed) {
     }
     EXPECT_GE(s.wait_ns, waited);  // the barrier after set_tracer(nullptr) still counts
     EXPECT_GT(s.busy_ns, 0u);
+    EXPECT_EQ(s.resets, 0u);
     comm.reset_stats();
     EXPECT_EQ(comm.stats().busy_ns, 0u);
     EXPECT_EQ(comm.stats().wait_ns, 0u);
+    EXPECT_EQ(comm.stats().resets, 1u);
   });
 }
 
@@ -248,6 +250,28 @@ TEST(EngineMetrics, BytesPhasesAndWaitsOfAStageTwoWindow) {
     EXPECT_EQ(j["comm_sent_bytes"].get<std::uint64_t>(), expect);
     EXPECT_EQ(j["micro_steps"], 2);
     EXPECT_NEAR(j["trainer_s"].get<double>(), m.trainer_s(), 1e-9);
+  });
+}
+
+TEST(EngineMetrics, AStatsResetInsideTheWindowCountsFromTheReset) {
+  ThreadGroup::run(2, [&](Communicator& comm) {
+    Engine e(comm, parse_config(R"({"zero_optimization": {"stage": 2}})"));
+    declare(e);
+    micro_step(e, std::chrono::milliseconds(1));
+    GatherGuard g = e.gather(0);  // opens the next window
+    g.release();
+    comm.reset_stats();  // the trainer's reset, inside it
+    for (int u = kUnits - 1; u >= 0; --u) {
+      GatherGuard h = e.gather(u);
+      h.release();
+      e.grad(u, 0);
+      e.grads_ready(u);
+    }
+    const StepResult r = e.step();
+    const CommStats s = comm.stats();
+    EXPECT_EQ(r.metrics.comm_bytes_sent, s.bytes_sent());  // all of it after the reset
+    EXPECT_EQ(r.metrics.comm_wait_s, static_cast<double>(s.wait_ns) * 1e-9);
+    EXPECT_LT(r.metrics.comm_bytes_sent, std::uint64_t{1} << 40);
   });
 }
 

@@ -132,6 +132,7 @@ CommStats Communicator::stats() const {
   }
   s.busy_ns = event_log_->busy_ns();
   s.wait_ns = event_log_->wait_ns();
+  s.resets = resets_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -140,6 +141,7 @@ void Communicator::reset_stats() {
     for (auto& c : op) c.store(0, std::memory_order_relaxed);
   }
   event_log_->reset_times();
+  resets_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Communicator::set_tracer(Tracer* tracer) {
