@@ -167,7 +167,7 @@ struct Engine::Impl final : offload::ShardAccess {
     gatherer = std::make_unique<detail::ParamGatherer>(
         p, cfg, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
     reducer = std::make_unique<detail::GradReducer>(p, comm, *dev, host_optimizer, *tracker,
-                                                    trainer_grads);
+                                                    trainer_grads, observer());
     if (p.offloaded) {
       offloaded = std::make_unique<offload::OffloadedOptimizer>(
           p, cfg, *dev, host_optimizer, oparams, *tracker, *this, observer());

@@ -14,12 +14,14 @@ namespace zero::detail {
 // ---- GradReducer
 
 GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
-                         const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads)
+                         const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads,
+                         Observer observer)
     : placement_(placement),
       comm_(comm),
       dev_(dev),
       host_(host),
       trainer_grads_(trainer_grads),
+      observer_(observer),
       w_(placement.in.working),
       r_(placement.in.reduce),
       acc_(allocate(placement.grads, dev, tracker, {.zero = true})),
@@ -171,12 +173,19 @@ void GradReducer::finish_front() {
     const bool first = micro_ == 0;
     if (!on_host()) {
       dev_.accumulate(dst, r_, reduced, r_, count, first);
-    } else if (dev_.host_accessible()) {
-      detail::accumulate(dst, r_, reduced, r_, count, first);
-    } else {  // device -> host on the copy lane (the collective is complete), then on the host
-      dev_.copy(grad_landing_.data(), reduced, count * rs, DeviceOps::Lane::kCopy);
-      dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
-      detail::accumulate(dst, r_, grad_landing_.data(), r_, count, first);
+    } else {
+      // The reduced shard to the host partition: the device-to-host traffic of ZeRO-Offload (on
+      // the CPU device the same bytes, read straight from the reduce buffer).
+      TraceScope region(observer_.tracer, TraceLane::kOffload, "reduced grads to host", u,
+                        static_cast<std::int64_t>(count * rs));
+      if (observer_.io != nullptr) IoCounters::add(observer_.io->device_to_host, count * rs);
+      if (dev_.host_accessible()) {
+        detail::accumulate(dst, r_, reduced, r_, count, first);
+      } else {  // device -> host on the copy lane (the collective is complete), then on the host
+        dev_.copy(grad_landing_.data(), reduced, count * rs, DeviceOps::Lane::kCopy);
+        dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
+        detail::accumulate(dst, r_, grad_landing_.data(), r_, count, first);
+      }
     }
   }
   if (p.source == Source::kBucketPool) --merged_in_flight_;

@@ -30,6 +30,7 @@
 #include "zero/comm.hpp"
 #include "zero/device_ops.hpp"
 #include "zero/engine.hpp"
+#include "zero/observe.hpp"
 #include "zero/placement.hpp"
 
 namespace zero::detail {
@@ -43,8 +44,11 @@ struct GradTotals {
 class GradReducer {
  public:
   // trainer_grads: attach mode, the trainer's flat gradient buffer (W); null when managed.
+  // observer: where the reduced shards' move to the host partition (ZeRO-Offload, stages 2-3)
+  // is counted as device-to-host bytes and traced (either may be null; both outlive this).
   GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
-              const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads);
+              const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads,
+              Observer observer = {});
   ~GradReducer();  // waits for reductions in flight (logging failures)
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -119,6 +123,7 @@ class GradReducer {
   DeviceOps& dev_;
   const CpuOptimizer& host_;
   char* trainer_grads_;
+  Observer observer_;
   DType w_, r_;
   Buffer acc_;
   Buffer grad_landing_;

@@ -316,7 +316,9 @@ std::string name_of(const RunSpec& s, int step) {
 // The first step also writes the whole file first (the master made from the working parameters,
 // the moments zeroed: ChunkSwapper::run without reads), so it writes 2F, and reads those working
 // parameters from the device (device -> host: the shard in W). Every step copies the updated
-// shard to the device (host -> device: the shard in W).
+// shard to the device (host -> device: the shard in W) and moves the reduced gradient shard to
+// the host partition (device -> host: the shard in the f32 reduce dtype, "reduced grads to
+// host", by the gradient reducer).
 TEST(OffloadObserve, NvmeOptimizerReadsAndWritesEveryChunkOncePerStep) {
   TempDir dir;
   constexpr long kChunk = 50;
@@ -343,7 +345,9 @@ TEST(OffloadObserve, NvmeOptimizerReadsAndWritesEveryChunkOncePerStep) {
             x.nvme_read = file;
             x.nvme_write = first ? 2 * file : file;
             x.host_to_device = sh.total() * ws;
-            x.device_to_host = first ? sh.total() * ws : 0;
+            const std::uint64_t params_to_host = first ? sh.total() * ws : 0;
+            const std::uint64_t grads_to_host = sh.total() * 4;
+            x.device_to_host = params_to_host + grads_to_host;
             expect_counters(seen[step].metrics, x, what);
             if (!traced) {
               EXPECT_TRUE(seen[step].events.empty()) << what;
@@ -371,8 +375,10 @@ TEST(OffloadObserve, NvmeOptimizerReadsAndWritesEveryChunkOncePerStep) {
             EXPECT_EQ(get(copies, "params to device").count, chunks) << what;
             EXPECT_EQ(get(copies, "params to device").bytes, x.host_to_device) << what;
             EXPECT_EQ(get(copies, "params to host").count, first ? chunks : 0) << what;
-            EXPECT_EQ(get(copies, "params to host").bytes, x.device_to_host) << what;
+            EXPECT_EQ(get(copies, "params to host").bytes, params_to_host) << what;
             EXPECT_EQ(get(copies, "grads to host").count, 0u) << what;
+            EXPECT_GE(get(copies, "reduced grads to host").count, 1u) << what;  // per reduction
+            EXPECT_EQ(get(copies, "reduced grads to host").bytes, grads_to_host) << what;
           }
         });
       }
@@ -380,9 +386,11 @@ TEST(OffloadObserve, NvmeOptimizerReadsAndWritesEveryChunkOncePerStep) {
   }
 }
 
-// offload_optimizer = cpu: no file I/O; stage 1 copies the gradient shard in (device -> host, in
-// the reduce dtype, f32 here) chunk by chunk, stages 1-2 copy the updated shard out (host ->
-// device, in W). The CPU device's copies are memcpy, counted as the traffic they stand for.
+// offload_optimizer = cpu: no file I/O; the gradient shard goes to the host once (device -> host,
+// in the reduce dtype, f32 here): stage 1's optimizer copies it in chunk by chunk, stage 2's
+// reducer moves each reduced shard to the host partition; stages 1-2 copy the updated shard out
+// (host -> device, in W). The CPU device's copies are memcpy, counted as the traffic they stand
+// for.
 TEST(OffloadObserve, HostOptimizerCopiesEachShardOncePerStepEachWay) {
   constexpr long kChunk = 37;
   for (int stage : {1, 2}) {
@@ -399,7 +407,7 @@ TEST(OffloadObserve, HostOptimizerCopiesEachShardOncePerStepEachWay) {
             const std::string what = name_of(spec, step) + (traced ? " traced" : "");
             Expect x;
             x.host_to_device = sh.total() * ws;
-            x.device_to_host = stage == 1 ? sh.total() * rs : 0;
+            x.device_to_host = sh.total() * rs;
             expect_counters(seen[step].metrics, x, what);
             if (!traced) {
               EXPECT_TRUE(seen[step].events.empty()) << what;
@@ -408,8 +416,13 @@ TEST(OffloadObserve, HostOptimizerCopiesEachShardOncePerStepEachWay) {
             const std::vector<TraceEvent>& ev = seen[step].events;
             EXPECT_TRUE(lane_totals(ev, TraceLane::kNvme).empty()) << what;
             const auto copies = lane_totals(ev, TraceLane::kOffload);
-            EXPECT_EQ(get(copies, "grads to host").count, stage == 1 ? chunks : 0) << what;
-            EXPECT_EQ(get(copies, "grads to host").bytes, x.device_to_host) << what;
+            // Stage 1: the optimizer's chunks; stage 2: the reducer's shards.
+            const char* moved = stage == 1 ? "grads to host" : "reduced grads to host";
+            const char* none = stage == 1 ? "reduced grads to host" : "grads to host";
+            if (stage == 1) EXPECT_EQ(get(copies, moved).count, chunks) << what;
+            EXPECT_GE(get(copies, moved).count, 1u) << what;
+            EXPECT_EQ(get(copies, moved).bytes, x.device_to_host) << what;
+            EXPECT_EQ(get(copies, none).count, 0u) << what;
             EXPECT_EQ(get(copies, "params to device").count, chunks) << what;
             EXPECT_EQ(get(copies, "params to device").bytes, x.host_to_device) << what;
             EXPECT_EQ(get(copies, "params to host").count, 0u) << what;
@@ -421,6 +434,7 @@ TEST(OffloadObserve, HostOptimizerCopiesEachShardOncePerStepEachWay) {
             // Each chunk's regions name it, with its own bytes.
             for (const TraceEvent& r : ev) {
               if (r.lane != TraceLane::kOffload && r.lane != TraceLane::kOptimizer) continue;
+              if (std::string(r.name) == "reduced grads to host") continue;  // per unit, above
               ASSERT_GE(r.unit, 0) << what << " " << r.name;
               ASSERT_LT(static_cast<std::size_t>(r.unit), chunks) << what;
               const std::size_t n = sh.chunks[static_cast<std::size_t>(r.unit)];
@@ -471,6 +485,11 @@ TEST(OffloadObserve, NvmeParametersAreReadOncePerGatherAndWrittenOncePerStep) {
           const auto nvme = lane_totals(seen[step].events, TraceLane::kNvme);
           EXPECT_EQ(get(nvme, "nvme read").bytes, m.nvme_read_bytes) << what;
           EXPECT_EQ(get(nvme, "nvme write").bytes, m.nvme_write_bytes) << what;
+          // The reduced gradient shard to the host partition (f32), once per micro-step.
+          const auto copies = lane_totals(seen[step].events, TraceLane::kOffload);
+          EXPECT_EQ(get(copies, "reduced grads to host").bytes, sh.total() * 4) << what;
+          EXPECT_EQ(m.device_to_host_bytes, sh.total() * 4 + get(copies, "params to host").bytes)
+              << what;
         }
       });
     }
@@ -497,6 +516,9 @@ TEST(OffloadObserve, HostParameterShardsAreCopiedToTheDeviceAtEachGather) {
         EXPECT_EQ(m.nvme_write_bytes, 0u) << what;
         const auto copies = lane_totals(seen[step].events, TraceLane::kOffload);
         EXPECT_EQ(get(copies, "params to device").bytes, sh.total() * dtype_size(dt)) << what;
+        // The reduced gradient shard lands on the host through the copy lane (f32).
+        EXPECT_EQ(m.device_to_host_bytes, sh.total() * 4) << what;
+        EXPECT_EQ(get(copies, "reduced grads to host").bytes, sh.total() * 4) << what;
       }
     });
   }
