@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bench/bench_report.hpp"
+#include "common/files.hpp"
 #include "common/progress.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
@@ -475,6 +476,12 @@ int run(int argc, char** argv) {
   }
   const Options o = parse(argc, argv);
   if (o.plan) return plan_only(o);
+  // Files written during or after the run: a directory that is not there fails now.
+  for (const auto& [path, flag] :
+       {std::pair{o.json, "--json"}, std::pair{o.csv, "--csv"}, std::pair{o.svg, "--svg"},
+        std::pair{o.trace, "--trace"}, std::pair{o.metrics, "--metrics"}}) {
+    if (!path.empty()) common::require_directory_of(path, flag);
+  }
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
   // Under mpirun / srun / torchrun: the ranks are processes; otherwise in-process threads.
   std::unique_ptr<Communicator> world;

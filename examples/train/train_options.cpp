@@ -63,6 +63,16 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) bad(a + " needs a value");
       return argv[++i];
     };
+    // The whole of the next argument as a finite number > 0.
+    auto positive = [&](const std::string& flag, const char* unit) {
+      const std::string text = value();
+      char* end = nullptr;
+      const double x = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !std::isfinite(x) || x <= 0) {
+        bad(flag + " expects a finite number > 0" + unit + ", got '" + text.substr(0, 40) + "'");
+      }
+      return x;
+    };
     ranks_given = ranks_given || a == "--ranks";
     o.batch_given = o.batch_given || a == "--batch";
     if (gpt::common_flag(a, value, o)) {
@@ -74,12 +84,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--grad-accum") {
       o.grad_accum = gpt::flag_int(a, value());
     } else if (a == "--lr") {
-      const std::string text = value();
-      char* end = nullptr;
-      o.lr = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !std::isfinite(o.lr) || o.lr <= 0) {
-        bad("--lr expects a finite number > 0, got '" + text.substr(0, 40) + "'");
-      }
+      o.lr = positive(a, "");
     } else if (a == "--checkpoint-activations") {
       // Optional policy argument: none | every:K | sqrt | list:...; bare flag = sqrt.
       if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -127,12 +132,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--no-progress") {
       o.progress = false;
     } else if (a == "--peak-flops") {
-      const std::string text = value();
-      char* end = nullptr;
-      o.peak_flops = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !std::isfinite(o.peak_flops) || o.peak_flops <= 0) {
-        bad("--peak-flops expects a finite number > 0 (FLOP/s), got '" + text.substr(0, 40) + "'");
-      }
+      o.peak_flops = positive(a, " (FLOP/s)");
     } else if (a == "--zero-stage") {
       o.config_args.push_back(a);
       o.config_args.push_back(value());

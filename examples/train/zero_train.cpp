@@ -35,6 +35,7 @@
 
 #include "gpt/gpt_cuda.hpp"
 #endif
+#include "common/files.hpp"
 #include "common/progress.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
@@ -369,6 +370,11 @@ int run(int argc, char** argv) {
   }
   const Options o = train::parse(argc, argv);
   const Config cfg = train::make_config(o);
+  // Files written at the end of the run: a directory that is not there fails now, not after it.
+  if (!o.plot.empty()) common::require_directory_of(o.plot, "--plot");
+  if (cfg.trace.enabled) {
+    common::require_directory_of(cfg.trace.path, "--trace / config key 'trace.path'");
+  }
   const gpt::CharCorpus corpus = gpt::CharCorpus::from_file(o.data);
   std::mutex print;
   // --metrics: in-process ranks share one file (lines under the print lock); under a launcher

@@ -141,6 +141,25 @@ TEST(Harness, BadFlagsAreClearErrors) {
   const CmdResult g = run(std::string(ZERO_TRAIN_BIN) + " --device gpu");
   EXPECT_EQ(g.status, 2);
   EXPECT_NE(g.out.find("--device expects cpu or cuda"), std::string::npos) << g.out;
+  const CmdResult h = run(std::string(ZERO_TRAIN_BIN) + " --peak-flops -1e12");
+  EXPECT_EQ(h.status, 2);
+  EXPECT_NE(h.out.find("--peak-flops expects a finite number > 0"), std::string::npos) << h.out;
+  const CmdResult i =
+      run(std::string(ZERO_TRAIN_BIN) + " --steps 1 --metrics /nonexistent/m.jsonl");
+  EXPECT_EQ(i.status, 2);
+  EXPECT_NE(i.out.find("/nonexistent/m.jsonl"), std::string::npos) << i.out;
+  const CmdResult k = run(std::string(ZERO_TRAIN_BIN) + " --steps 1 --trace /nonexistent/t.json");
+  EXPECT_EQ(k.status, 2);
+  EXPECT_NE(k.out.find("the directory of '/nonexistent/t.json' does not exist"), std::string::npos)
+      << k.out;
+  const CmdResult l = run(std::string(ZERO_BENCH_BIN) + " --svg /nonexistent/b.svg");
+  EXPECT_EQ(l.status, 2);
+  EXPECT_NE(l.out.find("--svg: the directory of '/nonexistent/b.svg' does not exist"),
+            std::string::npos)
+      << l.out;
+  const CmdResult j = run(std::string(ZERO_BENCH_BIN) + " --trace");
+  EXPECT_EQ(j.status, 2);
+  EXPECT_NE(j.out.find("--trace needs a value"), std::string::npos) << j.out;
 }
 
 // --device cuda where it cannot run (a build without CUDA, or no usable GPU, as on CI): a clear
