@@ -1,0 +1,41 @@
+// zero/quantize.hpp — block-wise int8 quantization of f32 data, the building block of quantized
+// collectives (ZeRO++: qwZ quantizes the stage-3 parameter all-gather, qgZ the gradient
+// reduce-scatter, where the reduction is done in f32 after dequantization, never on int8).
+//
+// Layout: `count` elements in blocks of `block` (the last block may be shorter); block b's int8
+// values are q[b * block ...] and its scale is scales[b]; num_blocks(count, block) scales.
+// Per block with absolute maximum m: scale m / 127, values in [-127, 127], and every element read
+// back within m / 254 of what was quantized (zero/detail/quantize_math.hpp states the rounding).
+// A zero block stays exactly zero; a constant block comes back within one f32 rounding; a block
+// whose maximum is below 2^-120 (subnormal-range values) is stored as zero.
+//
+// Non-finite input cannot be carried by a scale and is refused: zero::Error(kInvalidArgument)
+// naming the first offending element, its value and its block; q and scales are then
+// unspecified (x is never written).
+//
+// Thread safety: pure functions of their arguments; they run on the caller's oneTBB arena.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace zero {
+
+// Blocks (and scales) for `count` elements in blocks of `block`. REQUIRES: block >= 1.
+std::size_t num_blocks(std::size_t count, std::size_t block);
+
+// Quantizes x[0, count) into q[0, count) and scales[0, num_blocks). REQUIRES: block >= 1;
+// x, q, scales non-null when count > 0; throws kInvalidArgument otherwise or on non-finite x.
+void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
+                   float* scales);
+
+// out[i] = q[i] * scales[i / block].
+void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t count,
+                     std::size_t block, float* out);
+
+// out[i] += q[i] * scales[i / block]: the f32 reduction of quantized gradients (qgZ sums what
+// each rank sent, dequantized, in rank order).
+void dequantize_add_int8(const std::int8_t* q, const float* scales, std::size_t count,
+                         std::size_t block, float* out);
+
+}  // namespace zero
