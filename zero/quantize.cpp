@@ -1,6 +1,8 @@
-// Block-wise int8 quantization on the CPU (see zero/quantize.hpp): one oneTBB task range of
-// blocks at a time, each element through the shared per-element math
-// (zero/detail/quantize_math.hpp), so a CUDA kernel over the same functions gives the same bits.
+// Block-wise int8 quantization on the CPU (see zero/quantize.hpp): oneTBB ranges of blocks, each
+// block through the loops of zero/quantize_kernels.hpp (baseline here, AVX-512 in
+// zero/quantize_avx512.cpp), every element by the shared per-element math
+// (zero/detail/quantize_math.hpp), so the paths and a CUDA kernel over the same functions give
+// the same bits.
 #include "zero/quantize.hpp"
 
 #include <tbb/blocked_range.h>
@@ -13,10 +15,42 @@
 
 #include "zero/detail/quantize_math.hpp"
 #include "zero/error.hpp"
+#include "zero/quantize_kernels.hpp"
 
 namespace zero {
 
+// ---- the baseline loops
+namespace detail::quant::scalar {
+
+BlockMax block_max(const float* x, std::size_t n) {
+  // Branch-free: whether any |x| fails <= FLT_MAX (Inf, and NaN, for which every comparison is
+  // false), and the maximum.
+  float absmax = 0.0f;
+  int non_finite = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    non_finite |= !(a <= std::numeric_limits<float>::max());
+    absmax = a > absmax ? a : absmax;
+  }
+  return {absmax, non_finite == 0};
+}
+
+void quantize(const float* x, std::size_t n, float inverse, std::int8_t* q) {
+  for (std::size_t i = 0; i < n; ++i) q[i] = quantize_one(x[i], inverse);
+}
+
+void dequantize(const std::int8_t* q, std::size_t n, float scale, float* out, bool add) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = dequantize_one(q[i], scale);
+    out[i] = add ? out[i] + v : v;
+  }
+}
+
+}  // namespace detail::quant::scalar
+
 namespace {
+
+namespace quant = detail::quant;
 
 // Blocks per task: enough elements that a task is worth its scheduling (~64 Ki elements).
 std::size_t grain(std::size_t block) {
@@ -24,10 +58,12 @@ std::size_t grain(std::size_t block) {
 }
 
 void check_args(const char* what, const void* a, const void* b, const void* c, std::size_t count,
-                std::size_t block) {
+                std::size_t block, Isa isa) {
   ZERO_CHECK(block >= 1, kInvalidArgument, what, ": block size must be >= 1, got ", block);
   ZERO_CHECK(count == 0 || (a != nullptr && b != nullptr && c != nullptr), kInvalidArgument, what,
              ": null buffer for ", count, " elements");
+  ZERO_CHECK(isa_supported(isa), kInvalidArgument, what, ": this CPU cannot run the ",
+             to_string(isa), " path");
 }
 
 template <typename Body>
@@ -37,9 +73,19 @@ void for_blocks(std::size_t count, std::size_t block, Body&& body) {
                     [&](const tbb::blocked_range<std::size_t>& r) {
                       for (std::size_t b = r.begin(); b < r.end(); ++b) {
                         const std::size_t lo = b * block;
-                        body(b, lo, std::min(count, lo + block));
+                        body(b, lo, std::min(count, lo + block) - lo);
                       }
                     });
+}
+
+void dequantize_blocks(const char* what, const std::int8_t* q, const float* scales,
+                       std::size_t count, std::size_t block, float* out, bool add, Isa isa) {
+  check_args(what, q, scales, out, count, block, isa);
+  const bool wide = isa == Isa::kAvx512;
+  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t n) {
+    (wide ? quant::avx512::dequantize : quant::scalar::dequantize)(q + lo, n, scales[b], out + lo,
+                                                                   add);
+  });
 }
 
 }  // namespace
@@ -50,19 +96,15 @@ std::size_t num_blocks(std::size_t count, std::size_t block) {
 }
 
 void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
-                   float* scales) {
-  check_args("quantize_int8", x, q, scales, count, block);
+                   float* scales, Isa isa) {
+  check_args("quantize_int8", x, q, scales, count, block, isa);
+  const bool wide = isa == Isa::kAvx512;
   // The first non-finite element (the smallest index any task saw), reported after the loop.
   std::atomic<std::size_t> bad{std::numeric_limits<std::size_t>::max()};
-  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
-    float absmax = 0.0f;
-    bool finite = true;
-    for (std::size_t i = lo; i < hi; ++i) {
-      const float a = std::fabs(x[i]);
-      finite = finite && a <= std::numeric_limits<float>::max();  // false for Inf and NaN
-      absmax = std::max(absmax, a);
-    }
-    if (!finite) {
+  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t n) {
+    const quant::BlockMax m =
+        wide ? quant::avx512::block_max(x + lo, n) : quant::scalar::block_max(x + lo, n);
+    if (!m.finite) {
       std::size_t i = lo;
       while (std::isfinite(x[i])) ++i;
       std::size_t seen = bad.load(std::memory_order_relaxed);
@@ -70,9 +112,9 @@ void quantize_int8(const float* x, std::size_t count, std::size_t block, std::in
       }
       return;
     }
-    const float inverse = detail::quant::block_inverse(absmax);
-    scales[b] = detail::quant::block_scale(absmax);
-    for (std::size_t i = lo; i < hi; ++i) q[i] = detail::quant::quantize_one(x[i], inverse);
+    scales[b] = quant::block_scale(m.absmax);
+    const float inverse = quant::block_inverse(m.absmax);
+    (wide ? quant::avx512::quantize : quant::scalar::quantize)(x + lo, n, inverse, q + lo);
   });
   const std::size_t i = bad.load();
   ZERO_CHECK(i == std::numeric_limits<std::size_t>::max(), kInvalidArgument,
@@ -83,21 +125,13 @@ void quantize_int8(const float* x, std::size_t count, std::size_t block, std::in
 }
 
 void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t count,
-                     std::size_t block, float* out) {
-  check_args("dequantize_int8", q, scales, out, count, block);
-  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
-    const float s = scales[b];
-    for (std::size_t i = lo; i < hi; ++i) out[i] = detail::quant::dequantize_one(q[i], s);
-  });
+                     std::size_t block, float* out, Isa isa) {
+  dequantize_blocks("dequantize_int8", q, scales, count, block, out, /*add=*/false, isa);
 }
 
 void dequantize_add_int8(const std::int8_t* q, const float* scales, std::size_t count,
-                         std::size_t block, float* out) {
-  check_args("dequantize_add_int8", q, scales, out, count, block);
-  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t hi) {
-    const float s = scales[b];
-    for (std::size_t i = lo; i < hi; ++i) out[i] += detail::quant::dequantize_one(q[i], s);
-  });
+                         std::size_t block, float* out, Isa isa) {
+  dequantize_blocks("dequantize_add_int8", q, scales, count, block, out, /*add=*/true, isa);
 }
 
 }  // namespace zero

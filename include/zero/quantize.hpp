@@ -13,11 +13,15 @@
 // naming the first offending element, its value and its block; q and scales are then
 // unspecified (x is never written).
 //
+// Every path (isa: best_isa() by default; scalar, AVX-512) gives the same bits.
+//
 // Thread safety: pure functions of their arguments; they run on the caller's oneTBB arena.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "zero/cpu_features.hpp"
 
 namespace zero {
 
@@ -27,15 +31,15 @@ std::size_t num_blocks(std::size_t count, std::size_t block);
 // Quantizes x[0, count) into q[0, count) and scales[0, num_blocks). REQUIRES: block >= 1;
 // x, q, scales non-null when count > 0; throws kInvalidArgument otherwise or on non-finite x.
 void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
-                   float* scales);
+                   float* scales, Isa isa = best_isa());
 
 // out[i] = q[i] * scales[i / block].
 void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t count,
-                     std::size_t block, float* out);
+                     std::size_t block, float* out, Isa isa = best_isa());
 
 // out[i] += q[i] * scales[i / block]: the f32 reduction of quantized gradients (qgZ sums what
 // each rank sent, dequantized, in rank order).
 void dequantize_add_int8(const std::int8_t* q, const float* scales, std::size_t count,
-                         std::size_t block, float* out);
+                         std::size_t block, float* out, Isa isa = best_isa());
 
 }  // namespace zero

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -156,6 +157,44 @@ TEST(Quantize, DequantizedPartsSumInF32) {
   }
   for (std::size_t i = 0; i < count; ++i) {
     EXPECT_LE(std::fabs(sum[i] - exact[i]), bound[i] + std::fabs(exact[i]) * 4.8e-7) << i;
+  }
+}
+
+TEST(Quantize, EveryPathGivesTheSameBits) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> n(0.0f, 3.0f);
+  std::vector<Isa> paths{Isa::kScalar};
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (isa_supported(isa)) paths.push_back(isa);
+  }
+  std::printf("paths run: %zu (best: %s)\n", paths.size(),
+              std::string(to_string(best_isa())).c_str());
+  for (std::size_t block : {1u, 15u, 16u, 17u, 256u, 2048u}) {
+    for (std::size_t count : {1u, 31u, 33u, 4097u, 20000u}) {
+      std::vector<float> x(count);
+      for (float& v : x) v = n(rng);
+      x[count / 2] = 0.5f * 127.0f;  // ties and exact levels among the random values
+      std::vector<std::int8_t> q0(count), q1(count);
+      std::vector<float> s0(num_blocks(count, block)), s1(s0.size()), d0(count, 1.0f),
+          d1(count, 1.0f);
+      quantize_int8(x.data(), count, block, q0.data(), s0.data(), Isa::kScalar);
+      dequantize_add_int8(q0.data(), s0.data(), count, block, d0.data(), Isa::kScalar);
+      for (Isa isa : paths) {
+        std::fill(q1.begin(), q1.end(), 99);
+        std::fill(d1.begin(), d1.end(), 1.0f);
+        quantize_int8(x.data(), count, block, q1.data(), s1.data(), isa);
+        dequantize_add_int8(q1.data(), s1.data(), count, block, d1.data(), isa);
+        const std::string what = std::string(to_string(isa)) + " block " + std::to_string(block) +
+                                 " count " + std::to_string(count);
+        EXPECT_EQ(q1, q0) << what;
+        EXPECT_EQ(std::memcmp(s1.data(), s0.data(), s0.size() * 4), 0) << what;
+        EXPECT_EQ(std::memcmp(d1.data(), d0.data(), count * 4), 0) << what;
+        std::vector<float> nan = x;
+        nan[count - 1] = std::numeric_limits<float>::quiet_NaN();
+        expect_error([&] { quantize_int8(nan.data(), count, block, q1.data(), s1.data(), isa); },
+                     ErrorCode::kInvalidArgument, "element " + std::to_string(count - 1));
+      }
+    }
   }
 }
 

@@ -14,7 +14,6 @@
 // Thread safety: pure functions of their arguments.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "zero/detail/hd.hpp"
@@ -36,11 +35,17 @@ ZERO_HD inline float block_inverse(float absmax) {
   return absmax >= kTinyBlock ? kLevels / absmax : 0.0f;
 }
 
+// 1.5 x 2^23: adding and subtracting it rounds an f32 of magnitude < 2^22 to an integer, half to
+// even (the sum's ulp is 1), in two plain additions a compiler vectorises — nearbyint is a libm
+// call on baseline x86-64 (no SSE4.1 round). Exact for x * inverse, whose magnitude is <= 127.
+inline constexpr float kRoundMagic = 12582912.0f;
+
 ZERO_HD inline std::int8_t quantize_one(float x, float inverse) {
 #if defined(__CUDA_ARCH__)
   int q = __float2int_rn(__fmul_rn(x, inverse));
 #else
-  int q = static_cast<int>(std::nearbyint(x * inverse));  // the default mode: half to even
+  const float r = (x * inverse + kRoundMagic) - kRoundMagic;
+  int q = static_cast<int>(r);
 #endif
   q = q > 127 ? 127 : (q < -127 ? -127 : q);
   return static_cast<std::int8_t>(q);
