@@ -57,4 +57,15 @@ void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::siz
 void accumulate(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,
                 bool first, void* stream);
 
+// Block-wise int8 quantization (zero/quantize.hpp's layout and per-element math, the same bits
+// as the CPU path): q and scales from x. A non-finite element is not an error here (the launch
+// is asynchronous): when `first_non_finite` (a device word the caller set to ~0ull) is given,
+// the smallest such index is stored there, and that block's q and scale are unspecified; the
+// caller checks it after the stream reaches the launch. Returns when enqueued.
+void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
+                   float* scales, unsigned long long* first_non_finite, void* stream);
+// out[i] = q[i] * scales[i / block] (add: out[i] += it, in f32). Returns when enqueued.
+void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t count,
+                     std::size_t block, float* out, bool add, void* stream);
+
 }  // namespace zero::detail::kernels
