@@ -45,6 +45,10 @@ void for_overlap(const ParamEntry& p, std::size_t lo, std::size_t hi, Fn&& fn) {
 }  // namespace
 
 LoadResult load(Engine& e, const std::string& path) {
+  ZERO_CHECK(e.replicas() == nullptr, kConfig, "checkpoint load of '", path,
+             "': hybrid sharding (config key 'zero_optimization.hybrid_shard_size' = ",
+             e.config().zero_optimization.hybrid_shard_size,
+             ") is not supported by checkpoints yet");
   Communicator& comm = e.comm();
   Manifest m;
   std::string dir;

@@ -243,6 +243,12 @@ struct Saver::Impl {
 Saver::Saver(Engine& engine, SaveOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
   ZERO_CHECK(!impl_->options.dir.empty(), kInvalidArgument, "checkpoint save: no directory");
+  // Every group of a hybrid-sharded run holds the same shards under the same group ranks: the
+  // files and the manifest would collide (saving one group's is not written yet).
+  ZERO_CHECK(
+      engine.replicas() == nullptr, kConfig,
+      "checkpoint save: hybrid sharding (config key 'zero_optimization.hybrid_shard_size' = ",
+      engine.config().zero_optimization.hybrid_shard_size, ") is not supported by checkpoints yet");
   ZERO_CHECK(impl_->options.keep >= 0, kInvalidArgument,
              "checkpoint save: keep = ", impl_->options.keep, " (must be >= 0; 0 keeps all)");
 }

@@ -245,6 +245,10 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   r.get("load_from_fp32_weights", z.load_from_fp32_weights);
   r.get("round_robin_gradients", z.round_robin_gradients);
   r.get_int("sub_group_size", z.sub_group_size, 1, kMax);
+  r.get_int("hybrid_shard_size", z.hybrid_shard_size, 0, 1 << 24);
+  if (z.hybrid_shard_size > 0 && z.stage == 0) {
+    r.fail_msg("hybrid_shard_size", "needs stage 1-3 (stage 0 shards nothing)");
+  }
   read_offload(r.sub("offload_optimizer"), z.offload_optimizer, true);
   read_offload(r.sub("offload_param"), z.offload_param, false);
   const char* stage3_keys[] = {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",

@@ -38,6 +38,7 @@ std::string Config::to_json() const {
       {"load_from_fp32_weights", z.load_from_fp32_weights},
       {"round_robin_gradients", z.round_robin_gradients},
       {"sub_group_size", z.sub_group_size},
+      {"hybrid_shard_size", z.hybrid_shard_size},
       {"offload_optimizer", off(z.offload_optimizer, true)},
       {"offload_param", off(z.offload_param, false)},
       {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save}};

@@ -52,6 +52,24 @@ View GatherGuard::param(int i) const {
 
 // ---- Engine
 
+std::unique_ptr<Communicator> hybrid_group(Communicator& world, const Config& config,
+                                           detail::Ownership ownership, bool shard) {
+  const std::int64_t g = config.zero_optimization.hybrid_shard_size;
+  const int n = world.size();
+  if (g == 0 || g == n) return nullptr;  // detail::shard_width: all ranks
+  ZERO_CHECK(ownership == detail::Ownership::kManaged, kConfig,
+             "config key 'zero_optimization.hybrid_shard_size' = ", g,
+             ": hybrid sharding needs the managed engine (attach mode shards over all ranks)");
+  ZERO_CHECK(g > 0 && g < n && n % g == 0, kConfig,
+             "config key 'zero_optimization.hybrid_shard_size' = ", g, " does not divide the ", n,
+             " ranks into groups (it must be a divisor of the world size, or 0: all ranks)");
+  const int group = world.rank() / static_cast<int>(g),
+            in_group = world.rank() % static_cast<int>(g);
+  // The shard group: ranks [group * g, group * g + g); the replica group: the ranks with the
+  // same position in every group (they hold the same shard).
+  return shard ? world.split(group, in_group) : world.split(in_group, group);
+}
+
 // The batch keys are checked (and the missing one derived, as DeepSpeed does) against the world
 // size here, where it is first known; the engine keeps the resolved config.
 Engine::Engine(Communicator& comm, const Config& config, EngineOptions options)
@@ -104,6 +122,7 @@ Engine::Buffers Engine::buffer_bytes() const {
 }
 MemoryReport Engine::memory_report() const { return impl_->tracker->report(); }
 Communicator& Engine::comm() noexcept { return impl_->comm; }
+Communicator* Engine::replicas() noexcept { return impl_->replica_group.get(); }
 
 void Engine::set_param(UnitId u, int param, const float* values, std::size_t count) {
   Impl& m = *impl_;

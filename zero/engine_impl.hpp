@@ -25,8 +25,18 @@ namespace zero {
 
 using detail::at;
 
+// Hybrid sharding (zero_optimization.hybrid_shard_size = G): the group of G consecutive ranks the
+// engine shards over (shard = true) or the ranks holding the same shard in the other groups
+// (shard = false); null when the engine shards over all of `world`. Collective (both splits run
+// on every rank, in this order). Throws kConfig when G does not divide the world or the engine is
+// attached.
+std::unique_ptr<Communicator> hybrid_group(Communicator& world, const Config& config,
+                                           detail::Ownership ownership, bool shard);
+
 struct Engine::Impl final : offload::ShardAccess {
-  Communicator& comm;
+  Communicator& world;                                       // the caller's communicator
+  std::unique_ptr<Communicator> shard_group, replica_group;  // hybrid sharding only
+  Communicator& comm;  // what the engine shards over: its group, else `world`
   Config cfg;
   EngineOptions opts;
   detail::Ownership ownership;
@@ -68,11 +78,14 @@ struct Engine::Impl final : offload::ShardAccess {
   StepMetrics window;
   bool window_open = false;
   TraceClock::time_point window_start;
-  CommStats comm_at_start;
+  CommStats comm_at_start, replicas_at_start;
   std::uint64_t io_at_start[4] = {};
 
   Impl(Communicator& c, const Config& config, EngineOptions o, detail::Ownership own)
-      : comm(c),
+      : world(c),
+        shard_group(hybrid_group(c, config, own, /*shard=*/true)),
+        replica_group(hybrid_group(c, config, own, /*shard=*/false)),
+        comm(shard_group != nullptr ? *shard_group : c),
         cfg(config),
         opts(std::move(o)),
         ownership(own),
@@ -111,10 +124,13 @@ struct Engine::Impl final : offload::ShardAccess {
                dev->device().is_cuda() ? "a CUDA device needs comm_backend 'nccl'"
                                        : "NCCL needs EngineOptions::device = Device::cuda(k)",
                ")");
-    input = detail::placement_input(cfg, {}, c.size(), c.rank(), opts.alignment, own,
+    input = detail::placement_input(cfg, {}, comm.size(), comm.rank(), opts.alignment, own,
                                     dev->host_accessible());
     // Last: a constructor that throws runs no destructor to take the tracer back.
-    if (tracer != nullptr) c.set_tracer(tracer);
+    if (tracer != nullptr) {
+      comm.set_tracer(tracer);
+      if (replica_group != nullptr) replica_group->set_tracer(tracer);
+    }
   }
 
   // The rooms wait for their collectives in flight as they go; only then may the communicator
@@ -124,6 +140,7 @@ struct Engine::Impl final : offload::ShardAccess {
     gatherer.reset();
     reducer.reset();
     if (tracer != nullptr && comm.tracer() == tracer) comm.set_tracer(nullptr);
+    if (replica_group != nullptr) replica_group->set_tracer(nullptr);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -167,7 +184,7 @@ struct Engine::Impl final : offload::ShardAccess {
     gatherer = std::make_unique<detail::ParamGatherer>(
         p, cfg, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
     reducer = std::make_unique<detail::GradReducer>(p, comm, *dev, host_optimizer, *tracker,
-                                                    trainer_grads, observer());
+                                                    trainer_grads, observer(), replica_group.get());
     if (p.offloaded) {
       offloaded = std::make_unique<offload::OffloadedOptimizer>(
           p, cfg, *dev, host_optimizer, oparams, *tracker, *this, observer());

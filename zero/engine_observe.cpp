@@ -28,6 +28,7 @@ void Engine::Impl::open_window() {
   window = StepMetrics{};
   if (window_start == TraceClock::time_point{}) window_start = TraceClock::now();
   comm_at_start = comm.stats();
+  if (replica_group != nullptr) replicas_at_start = replica_group->stats();
   read_io(io, io_at_start);
 }
 
@@ -37,15 +38,22 @@ StepMetrics Engine::Impl::close_window(bool boundary) {
   ++window.micro_steps;
   m.micro_steps = window.micro_steps;
   m.window_s = std::chrono::duration<double>(now - window_start).count();
-  const CommStats c = comm.stats();
-  // Since the window opened; a trainer that reset the communicator's stats inside the window
-  // (Communicator::reset_stats) gets what was counted since the reset.
-  const bool reset = c.resets != comm_at_start.resets;
-  auto since = [&](std::uint64_t now, std::uint64_t then) { return reset ? now : now - then; };
-  m.comm_busy_s = static_cast<double>(since(c.busy_ns, comm_at_start.busy_ns)) * 1e-9;
-  m.comm_wait_s = static_cast<double>(since(c.wait_ns, comm_at_start.wait_ns)) * 1e-9;
-  m.comm_bytes_sent = since(c.bytes_sent(), comm_at_start.bytes_sent());
-  m.comm_bytes_received = since(c.bytes_received(), comm_at_start.bytes_received());
+  // Since the window opened, over the engine's communicators (its group and, with hybrid
+  // sharding, the replicas); a trainer that reset a communicator's stats inside the window
+  // (Communicator::reset_stats) gets what that one counted since the reset.
+  auto add = [&](const CommStats& c, const CommStats& start) {
+    const bool reset = c.resets != start.resets;
+    auto since = [&](std::uint64_t now, std::uint64_t then) { return reset ? now : now - then; };
+    m.comm_busy_s += static_cast<double>(since(c.busy_ns, start.busy_ns)) * 1e-9;
+    m.comm_wait_s += static_cast<double>(since(c.wait_ns, start.wait_ns)) * 1e-9;
+    m.comm_bytes_sent += since(c.bytes_sent(), start.bytes_sent());
+    m.comm_bytes_received += since(c.bytes_received(), start.bytes_received());
+    return since(c.bytes_sent(), start.bytes_sent());
+  };
+  add(comm.stats(), comm_at_start);
+  if (replica_group != nullptr) {
+    m.comm_cross_group_bytes_sent = add(replica_group->stats(), replicas_at_start);
+  }
   std::uint64_t io_now[4];
   read_io(io, io_now);
   m.host_to_device_bytes = io_now[0] - io_at_start[0];
@@ -66,12 +74,14 @@ std::string to_json(const StepMetrics& m) {
                 "\"grads_ready_s\":%.9g,\"step_s\":%.9g,\"reduce_s\":%.9g,"
                 "\"optimizer_s\":%.9g,\"param_gather_s\":%.9g,\"comm_busy_s\":%.9g,"
                 "\"comm_wait_s\":%.9g,\"comm_sent_bytes\":%llu,\"comm_received_bytes\":%llu,"
-                "\"host_to_device_bytes\":%llu,\"device_to_host_bytes\":%llu,"
+                "\"comm_cross_group_sent_bytes\":%llu,\"host_to_device_bytes\":%llu,\"device_to_"
+                "host_bytes\":%llu,"
                 "\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu}",
                 m.micro_steps, m.window_s, m.trainer_s(), m.gather_s, m.grads_ready_s, m.step_s,
                 m.reduce_s, m.optimizer_s, m.param_gather_s, m.comm_busy_s, m.comm_wait_s,
                 static_cast<unsigned long long>(m.comm_bytes_sent),
                 static_cast<unsigned long long>(m.comm_bytes_received),
+                static_cast<unsigned long long>(m.comm_cross_group_bytes_sent),
                 static_cast<unsigned long long>(m.host_to_device_bytes),
                 static_cast<unsigned long long>(m.device_to_host_bytes),
                 static_cast<unsigned long long>(m.nvme_read_bytes),
@@ -114,7 +124,7 @@ void Engine::write_trace(const std::string& path) {
   ZERO_CHECK(m.tracer != nullptr, kInvalidArgument, "write_trace('", path,
              "'): tracing is off (set config key 'trace.enabled' or "
              "EngineOptions::tracer)");
-  Communicator& comm = m.comm;
+  Communicator& comm = m.world;  // every rank's timeline, whatever group it shards over
   const std::vector<TraceEvent> events = m.tracer->events();
   const std::string head = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   const std::string tail = "\n]}\n";

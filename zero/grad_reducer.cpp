@@ -15,13 +15,14 @@ namespace zero::detail {
 
 GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
                          const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads,
-                         Observer observer)
+                         Observer observer, Communicator* replicas)
     : placement_(placement),
       comm_(comm),
       dev_(dev),
       host_(host),
       trainer_grads_(trainer_grads),
       observer_(observer),
+      replicas_(replicas),
       w_(placement.in.working),
       r_(placement.in.reduce),
       acc_(allocate(placement.grads, dev, tracker, {.zero = true})),
@@ -162,13 +163,24 @@ void GradReducer::finish_front() {
                   placement_.lay(u).shard * rs);
       }
     }
+    if (replicas_ != nullptr) {  // hybrid: the group's mean, averaged across the groups
+      for (UnitId u = bucket.first; u <= bucket.last; ++u) {
+        char* own = at(unit_acc(u), placement_.own_begin(u), r_);
+        replicas_->tag_next(u);
+        replicas_->all_reduce(own, own, placement_.lay(u).shard, r_, ReduceOp::kAvg);
+      }
+    }
   } else {
     // Stages 2-3: the reduced part (the members' shards, consecutive) into the accumulated
     // shards, which the placement keeps consecutive in unit order too.
     const UnitId u = bucket.first;
     const std::size_t count = bucket.merged() ? bucket.shard : placement_.lay(u).shard;
-    const char* reduced = bucket.merged() ? at(p.buffer.data(), rank * bucket.shard, r_)
-                                          : at(p.buffer.data(), placement_.own_begin(u), r_);
+    char* reduced = bucket.merged() ? at(p.buffer.data(), rank * bucket.shard, r_)
+                                    : at(p.buffer.data(), placement_.own_begin(u), r_);
+    if (replicas_ != nullptr) {  // hybrid: the group's mean, averaged across the groups
+      replicas_->tag_next(u);
+      replicas_->all_reduce(reduced, reduced, count, r_, ReduceOp::kAvg);
+    }
     char* dst = unit_acc(u);
     const bool first = micro_ == 0;
     if (!on_host()) {

@@ -46,9 +46,11 @@ class GradReducer {
   // trainer_grads: attach mode, the trainer's flat gradient buffer (W); null when managed.
   // observer: where the reduced shards' move to the host partition (ZeRO-Offload, stages 2-3)
   // is counted as device-to-host bytes and traced (either may be null; both outlive this).
+  // replicas: hybrid sharding, the ranks holding the same shards in the other groups: every
+  // reduced shard is then all-reduced (averaged) across them (null: none).
   GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
               const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads,
-              Observer observer = {});
+              Observer observer = {}, Communicator* replicas = nullptr);
   ~GradReducer();  // waits for reductions in flight (logging failures)
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -124,6 +126,7 @@ class GradReducer {
   const CpuOptimizer& host_;
   char* trainer_grads_;
   Observer observer_;
+  Communicator* replicas_;
   DType w_, r_;
   Buffer acc_;
   Buffer grad_landing_;

@@ -59,6 +59,11 @@ Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, Allo
                                      : dev.alloc(tracker, arena.category, arena.bytes, opts);
 }
 
+int shard_width(const Config& config, int world_size) {
+  const std::int64_t g = config.zero_optimization.hybrid_shard_size;
+  return g > 0 && g < world_size ? static_cast<int>(g) : world_size;
+}
+
 PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
                                int rank, std::size_t alignment, Ownership ownership,
                                bool host_accessible) {

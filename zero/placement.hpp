@@ -114,6 +114,10 @@ struct PlacementInput {
 
 // The placement input of `config` (every choice parsed once here). Throws kConfig for a
 // combination that cannot run (parameter offload to NVMe without optimizer offload).
+// How many ranks the engine shards over among `world_size`: zero_optimization.hybrid_shard_size
+// when set (hybrid sharding), else all of them. The engine's groups and the planner both ask here.
+int shard_width(const Config& config, int world_size);
+
 PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
                                int rank, std::size_t alignment, Ownership ownership,
                                bool host_accessible);

@@ -55,9 +55,9 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   ZERO_CHECK(!in.units.empty(), kInvalidArgument, "plan: no units");
   // Rank 0's placement (every rank's is the same size); the device the host can address, as
   // on the machines the harness runs on.
-  const detail::Placement p = detail::make_placement(
-      detail::placement_input(in.config, in.units, in.ranks, /*rank=*/0, in.alignment,
-                              detail::Ownership::kManaged, /*host_accessible=*/true));
+  const detail::Placement p = detail::make_placement(detail::placement_input(
+      in.config, in.units, detail::shard_width(in.config, in.ranks),
+      /*rank=*/0, in.alignment, detail::Ownership::kManaged, /*host_accessible=*/true));
   PlanResult out;
   for (std::size_t u = 0; u < p.num_units(); ++u) {
     const detail::UnitLayout& ul = p.layout.units[u];

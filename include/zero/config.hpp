@@ -78,6 +78,11 @@ struct ZeroOptimizationConfig {
   bool load_from_fp32_weights = true;
   bool round_robin_gradients = false;
   std::int64_t sub_group_size = 1'000'000'000;  // elements per optimizer sub-group
+  // zero extension, hybrid sharding (FSDP's HSDP): shard over groups of this many consecutive
+  // ranks and replicate across the groups — gradients reduce-scatter inside the group, then the
+  // shard is all-reduced across groups; parameters are all-gathered inside the group. 0: shard
+  // over all ranks. Stages 1-3, managed engine; must divide the world size.
+  std::int64_t hybrid_shard_size = 0;
   OffloadConfig offload_optimizer{};
   OffloadConfig offload_param = param_offload_defaults();
   // Valid only with stage 3.

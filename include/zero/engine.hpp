@@ -110,6 +110,9 @@ struct StepMetrics {
   double comm_wait_s = 0;
   std::uint64_t comm_bytes_sent = 0;
   std::uint64_t comm_bytes_received = 0;
+  // Hybrid sharding: of comm_bytes_sent, what went to the other groups (the replicas'
+  // all-reduce of the gradient shards; 0 without hybrid sharding).
+  std::uint64_t comm_cross_group_bytes_sent = 0;
   // Offload traffic: copies between the device and pinned host memory, NVMe file I/O.
   std::uint64_t host_to_device_bytes = 0;
   std::uint64_t device_to_host_bytes = 0;
@@ -265,7 +268,12 @@ class Engine {
 
   MemoryTracker& tracker() noexcept;
   MemoryReport memory_report() const;
+  // The communicator the engine shards over: the one it was made with, or with hybrid sharding
+  // (zero_optimization.hybrid_shard_size) its group (shard numbers, ranks and collectives of the
+  // shards are the group's).
   Communicator& comm() noexcept;
+  // Hybrid sharding: the ranks holding this rank's shards in the other groups; null otherwise.
+  Communicator* replicas() noexcept;
 
   // The tracer this engine records into (EngineOptions::tracer or its own); null when off. A
   // trainer marks its own regions on it: TraceScope(e.tracer(), TraceLane::kTrainer, "forward",

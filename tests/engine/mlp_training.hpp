@@ -50,6 +50,8 @@ struct RunSpec {
   long allgather_bucket = 0;
   // Run on the discrete CPU device (engine/discrete_device.hpp) behind DiscreteComm.
   bool discrete = false;
+  // zero_optimization.hybrid_shard_size (0: shard over all ranks).
+  long hybrid = 0;
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -60,6 +62,7 @@ inline Config make_config(const RunSpec& s) {
       std::to_string(s.allgather_bucket) +
       (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
                     : std::string()) +
+      (s.hybrid > 0 ? R"(, "hybrid_shard_size": )" + std::to_string(s.hybrid) : std::string()) +
       (s.offload_buffers > 0
            ? R"(, "offload_optimizer": {"device": ")" + s.offload_device + R"(", "nvme_path": ")" +
                  s.nvme_path + R"(", "pipeline_read": )" + (s.pipeline ? "true" : "false") +
