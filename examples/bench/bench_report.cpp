@@ -40,7 +40,8 @@ std::vector<std::uint64_t> pack(const RankFigures& f) {
       w.push_back(f.peak[k][t]);
     }
   }
-  for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step}) {
+  for (std::size_t v : {f.total_current, f.total_peak, f.buffers, f.comm_bytes_per_step,
+                        f.cross_group_bytes_per_step}) {
     w.push_back(v);
   }
   for (double d : {f.step_ms, f.last_loss, f.comm_busy_ms, f.comm_wait_ms, f.traced_step_ms,
@@ -65,6 +66,7 @@ RankFigures unpack(const std::uint64_t* w) {
   f.total_peak = *w++;
   f.buffers = *w++;
   f.comm_bytes_per_step = *w++;
+  f.cross_group_bytes_per_step = *w++;
   for (double* d : {&f.step_ms, &f.last_loss, &f.comm_busy_ms, &f.comm_wait_ms, &f.traced_step_ms,
                     &f.untraced_step_ms}) {
     std::memcpy(d, w++, 8);
@@ -75,7 +77,8 @@ RankFigures unpack(const std::uint64_t* w) {
 std::string label(const ConfigFigures& c) {
   return "stage " + std::to_string(c.stage) +
          (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint) +
-         (c.offload == "none" || c.offload.empty() ? "" : " +off " + c.offload);
+         (c.offload == "none" || c.offload.empty() ? "" : " +off " + c.offload) +
+         (c.hybrid > 0 ? " +hsdp " + std::to_string(c.hybrid) : "");
 }
 
 std::size_t RankFigures::category(MemCategory c) const {
@@ -196,6 +199,21 @@ std::string format_config(const ConfigFigures& c) {
       mib(static_cast<double>(r0.comm_bytes_per_step)).c_str(), mib(c.comm_theory_bytes).c_str(),
       ratio(static_cast<double>(r0.comm_bytes_per_step), c.comm_theory_bytes).c_str(),
       mib(static_cast<double>(c.process_rss)).c_str());
+  if (c.hybrid > 0) {
+    // Drop the blank line ending the block: the hybrid line belongs to it.
+    std::string block(line);
+    block.pop_back();
+    os << block;
+    std::snprintf(
+        line, sizeof line,
+        "hybrid: sharded over groups of %d, %d groups; across groups %s/step/rank "
+        "(theory 2 (R-1)/R x shard = %s, ratio %s)\n\n",
+        c.hybrid, c.ranks / c.hybrid,
+        mib(static_cast<double>(r0.cross_group_bytes_per_step)).c_str(),
+        mib(c.cross_group_theory_bytes).c_str(),
+        ratio(static_cast<double>(r0.cross_group_bytes_per_step), c.cross_group_theory_bytes)
+            .c_str());
+  }
   os << line;
   return os.str();
 }
@@ -249,6 +267,8 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     cj["stage"] = c.stage;
     cj["checkpoint"] = c.checkpoint;
     cj["offload"] = c.offload;
+    cj["hybrid_shard_size"] = c.hybrid;
+    cj["cross_group_theory_bytes_per_step"] = c.cross_group_theory_bytes;
     cj["ranks"] = c.ranks;
     cj["dtype"] = c.dtype;
     cj["reduce_dtype"] = c.reduce_dtype;
@@ -302,6 +322,7 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
         rj["untraced_step_ms"] = r.untraced_step_ms;
       }
       rj["comm_bytes_per_step"] = r.comm_bytes_per_step;
+      rj["cross_group_bytes_per_step"] = r.cross_group_bytes_per_step;
       rj["loss"] = r.last_loss;
       ranks.push_back(rj);
     }

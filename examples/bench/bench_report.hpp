@@ -23,7 +23,8 @@ struct RankFigures {
   std::size_t total_peak = 0;
   std::size_t buffers = 0;  // engine pools inside the categories (in flight / gathered)
   std::size_t comm_bytes_per_step = 0;
-  double step_ms = 0;  // median over the measured steps
+  std::size_t cross_group_bytes_per_step = 0;  // hybrid: of comm_bytes_per_step, to other groups
+  double step_ms = 0;                          // median over the measured steps
   double last_loss = 0;
   // Communication per measured step (medians, StepResult::metrics): collectives executing on
   // this rank (total) and its thread blocked on them (exposed).
@@ -48,6 +49,7 @@ struct ConfigFigures {
   int stage = 0;
   std::string checkpoint;        // "none", "sqrt", ...
   std::string offload = "none";  // optimizer offload: none | cpu | nvme
+  int hybrid = 0;                // hybrid sharding over groups of this many ranks (0: none)
   int ranks = 1;
   std::string dtype;  // working dtype
   std::string reduce_dtype;
@@ -59,6 +61,7 @@ struct ConfigFigures {
   std::size_t predicted_other = 0;        // the trainer's workspace per rank
   FormulaBytes formula;                   // DESIGN.md for Ψ at this stage
   double comm_theory_bytes = 0;           // per rank per step
+  double cross_group_theory_bytes = 0;    // of it, to other groups (hybrid sharding)
   double step_ms_stage0 = 0;              // the stage-0 run with the same checkpointing
 
   std::size_t predicted_total() const {

@@ -63,6 +63,9 @@ constexpr const char* kUsage =
                           Chrome trace JSON: FILE with the configuration before the extension
                           (trace.json -> trace.stage3.json); open in https://ui.perfetto.dev
   --metrics FILE          one JSON line per rank per step: the engine's StepMetrics
+  --hybrid G              also run every stage >= 1 (no offload) with hybrid sharding over groups
+                          of G ranks (zero_optimization.hybrid_shard_size): per-rank memory, and
+                          the bytes sent across groups per step beside their formula
   --no-progress           no progress on stderr (a terminal: a status line with the ETA;
                           otherwise one line as each configuration starts)
   --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
@@ -91,6 +94,7 @@ struct Options {
   std::string json, csv, svg;
   std::string trace, metrics;
   bool progress = true;  // --no-progress: nothing on stderr about how far the run is
+  int hybrid = 0;        // --hybrid G: also each stage >= 1 sharded over groups of G (HSDP)
   bool plan = false;
   double params = 0;                     // --plan --params
   int vocab = 0;                         // --plan without a corpus
@@ -142,6 +146,8 @@ Options parse(int argc, char** argv) {
       o.csv = value();
     } else if (a == "--svg") {
       o.svg = value();
+    } else if (a == "--hybrid") {
+      o.hybrid = gpt::flag_int(a, value());
     } else if (a == "--trace") {
       o.trace = value();
     } else if (a == "--metrics") {
@@ -178,7 +184,8 @@ Options parse(int argc, char** argv) {
 }
 
 // The configuration of one run: the user's file / --set, then the harness's choices.
-Config make_config(const Options& o, int stage, const std::string& offload = "none") {
+Config make_config(const Options& o, int stage, const std::string& offload = "none",
+                   int hybrid = 0) {
   ConfigBuilder b;
   // The harness's default: stage 3 prefetches one unit ahead (DeepSpeed's 5e7 elements would
   // prefetch the whole of a small model). --config / --set / the environment override it.
@@ -196,6 +203,9 @@ Config make_config(const Options& o, int stage, const std::string& offload = "no
                                                                : "bf16"),
         "zero-bench");
   if (stage == 3) b.set("zero_optimization.stage3_param_persistence_threshold=0", "zero-bench");
+  if (hybrid > 0) {
+    b.set("zero_optimization.hybrid_shard_size=" + std::to_string(hybrid), "zero-bench");
+  }
   if (offload != "none") {
     b.set("zero_optimization.offload_optimizer.device=" + offload, "zero-bench");
     if (offload == "nvme") {
@@ -208,9 +218,11 @@ Config make_config(const Options& o, int stage, const std::string& offload = "no
 }
 
 // The model's units, declared on an engine that never allocates (it is not used).
-std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& cfg) {
+std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& config) {
   ThreadGroup group(1);
   auto comm = group.communicator(0);
+  Config cfg = config;
+  cfg.zero_optimization.hybrid_shard_size = 0;  // one rank: no groups
   Engine e(*comm, cfg);
   MemoryTracker t;
   gpt::GptModel m(g, t);
@@ -248,12 +260,15 @@ struct MetricsLog {
 
 // One configuration's run. trace_path non-empty: with the timeline recorded and written there.
 // step_done (if set) is called by rank 0 with the steps done after each step (the progress).
-ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int stage,
-                         const std::string& ckpt, const std::string& offload,
+// One configuration's run (`kind`: its stage, checkpointing, offload and hybrid group size).
+ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const ConfigFigures& kind,
                          Communicator* mpi_world, const std::string& trace_path = "",
                          MetricsLog* metrics = nullptr,
                          const std::function<void(int)>& step_done = nullptr) {
-  Config cfg = make_config(o, stage, offload);
+  const int stage = kind.stage;
+  const std::string& ckpt = kind.checkpoint;
+  const std::string& offload = kind.offload;
+  Config cfg = make_config(o, stage, offload, kind.hybrid);
   cfg.trace.enabled = !trace_path.empty();
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
@@ -264,7 +279,11 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
   c.stage = stage;
   c.checkpoint = ckpt;
   c.offload = offload;
+  c.hybrid = kind.hybrid;
   c.ranks = n;
+  // The ranks the state is sharded over (hybrid: the group), and the groups holding copies.
+  const int sharded = kind.hybrid > 0 ? kind.hybrid : n;
+  const int replicas = n / sharded;
   c.dtype = o.dtype;
   c.reduce_dtype = o.reduce_dtype;
   c.params = g.num_params();
@@ -276,16 +295,22 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     pin.gather_order = gpt::GptModel::gather_order(g, spec);
     pin.grads_held = gpt::GptModel::kGradsHeld;
     c.plan = plan_engine_memory(pin);
-    c.comm_theory_bytes = comm_theory(pin, c.plan, n, stage, cfg);
+    c.comm_theory_bytes = comm_theory(pin, c.plan, sharded, stage, cfg);
+    // Hybrid: each reduced gradient shard all-reduced across the replicas, once per step (ring
+    // volume 2 (R - 1) / R of the shard in the reduce dtype).
+    c.cross_group_theory_bytes = 2.0 * (replicas - 1) / replicas *
+                                 static_cast<double>(c.plan.psi_padded) / sharded *
+                                 static_cast<double>(dtype_size(reduce_dtype_of(cfg)));
+    c.comm_theory_bytes += c.cross_group_theory_bytes;
     MemoryTracker t;
     gpt::GptModel m(g, t);
     c.predicted_activations = m.activation_bytes(o.batch, g.seq, spec);
     c.predicted_other = m.workspace_bytes(o.batch, g.seq);
   }
   const DType w = parse_dtype(o.dtype), r = parse_dtype(o.reduce_dtype);
-  c.formula =
-      zero_formula(static_cast<double>(c.params), n, stage, static_cast<double>(dtype_size(w)),
-                   static_cast<double>(dtype_size(r)), 12, offload != "none");
+  c.formula = zero_formula(static_cast<double>(c.params), sharded, stage,
+                           static_cast<double>(dtype_size(w)), static_cast<double>(dtype_size(r)),
+                           12, offload != "none");
   c.per_rank.resize(static_cast<std::size_t>(n));
   std::mutex mu;
 
@@ -300,6 +325,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     model.declare(e);
     model.init(e, 1);
     std::vector<double> times, busy, wait;
+    std::uint64_t sent = 0, cross = 0;  // over the measured steps, every communicator of the engine
     double loss = 0;
     for (int step = 0; step < o.steps; ++step) {
       if (step == 1) comm.reset_stats();  // the first step warms up (first touch, pools)
@@ -315,6 +341,8 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
         times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         busy.push_back(r.metrics.comm_busy_s);
         wait.push_back(r.metrics.comm_wait_s);
+        sent += r.metrics.comm_bytes_sent;
+        cross += r.metrics.comm_cross_group_bytes_sent;
         if (metrics != nullptr) {
           std::lock_guard<std::mutex> lock(metrics->mu);
           metrics->out << "{\"config\":\"" << bench::label(c) << "\",\"rank\":" << comm.rank()
@@ -337,7 +365,8 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, int st
     f.total_peak = t.peak_memory();
     const Engine::Buffers bb = e.buffer_bytes();
     f.buffers = bb.in_flight_grads + bb.gathered_params;
-    f.comm_bytes_per_step = static_cast<std::size_t>(comm.stats().bytes_sent() / (o.steps - 1));
+    f.comm_bytes_per_step = static_cast<std::size_t>(sent / (o.steps - 1));
+    f.cross_group_bytes_per_step = static_cast<std::size_t>(cross / (o.steps - 1));
     auto median_ms = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v[v.size() / 2] * 1e3;
@@ -373,6 +402,7 @@ std::string trace_file(const std::string& path, const ConfigFigures& c) {
   std::string tag = "stage" + std::to_string(c.stage);
   if (c.checkpoint != "none") tag += "-ckpt-" + c.checkpoint;
   if (c.offload != "none") tag += "-off-" + c.offload;
+  if (c.hybrid > 0) tag += "-hsdp-" + std::to_string(c.hybrid);
   const std::size_t slash = path.find_last_of('/');
   const std::size_t dot = path.find_last_of('.');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
@@ -502,71 +532,80 @@ int run(int argc, char** argv) {
   std::map<std::string, double> stage0_ms;  // by checkpointing policy, without offload
   // The configurations to run, each one's config built now: a bad --config / --set fails at
   // once (one line on stderr), not after the configurations before it ran.
-  int total = 0;
+  std::vector<ConfigFigures> kinds;
+  auto add_kind = [&](int stage, const std::string& ck, const std::string& off, int hybrid) {
+    ConfigFigures k;
+    k.stage = stage;
+    k.checkpoint = ck;
+    k.offload = off;
+    k.hybrid = hybrid;
+    (void)make_config(o, stage, off, hybrid);
+    kinds.push_back(std::move(k));
+  };
   for (const std::string& off : o.offloads) {
-    for (int stage : o.stages) {
-      if (off != "none" && stage == 0) continue;
-      (void)make_config(o, stage, off);
-      total += static_cast<int>(o.checkpoints.size());
+    for (const std::string& ck : o.checkpoints) {
+      for (int stage : o.stages) {
+        if (off != "none" && stage == 0) continue;  // offload needs a sharded optimizer
+        add_kind(stage, ck, off, 0);
+      }
     }
   }
+  if (o.hybrid > 0) {  // hybrid sharding shards stages 1-3, without offload here
+    for (const std::string& ck : o.checkpoints) {
+      for (int stage : o.stages) {
+        if (stage > 0) add_kind(stage, ck, "none", o.hybrid);
+      }
+    }
+  }
+  const int total = static_cast<int>(kinds.size());
   // How far the run is (the printing rank): a status line on a terminal, one line per
   // configuration elsewhere. Runs per configuration: measured, and with --trace traced, then
   // untraced again (the traced run's baseline is the mean of the two around it).
   common::Progress progress("zero-bench", printer && o.progress);
   const int runs = o.trace.empty() ? 1 : 3;
   int index = 0;  // of the configuration running, from 1
-  for (const std::string& off : o.offloads) {
-    for (const std::string& ck : o.checkpoints) {
-      for (int stage : o.stages) {
-        if (off != "none" && stage == 0) continue;  // offload needs a sharded optimizer
-        ++index;
-        ConfigFigures named;
-        named.stage = stage;
-        named.checkpoint = ck;
-        named.offload = off;
-        const std::string name = bench::label(named);
-        const std::string of = std::to_string(index) + "/" + std::to_string(total);
-        progress.milestone("configuration " + of + ": " + name);
-        auto step_done = [&](int run) {  // run 0: measured, 1: traced, 2: untraced again
-          return [&, run](int steps) {
-            progress.update(
-                "configuration " + of + " (" + name +
-                    (run == 1   ? ", traced"
-                     : run == 2 ? ", untraced again"
-                                : "") +
-                    ") step " + std::to_string(steps) + "/" + std::to_string(o.steps),
-                ((index - 1) * runs + run + static_cast<double>(steps) / o.steps) / (total * runs));
-          };
-        };
-        step_done(0)(0);
-        ConfigFigures c =
-            run_config(o, corpus, stage, ck, off, world.get(), "", metrics.get(), step_done(0));
-        if (!o.trace.empty()) {  // the same configuration again, traced: the tracing's cost
-          const std::string path = trace_file(o.trace, c);
-          const ConfigFigures t =
-              run_config(o, corpus, stage, ck, off, world.get(), path, nullptr, step_done(1));
-          const ConfigFigures again =
-              run_config(o, corpus, stage, ck, off, world.get(), "", nullptr, step_done(2));
-          for (std::size_t q = 0; q < c.per_rank.size(); ++q) {
-            c.per_rank[q].traced_step_ms = t.per_rank[q].step_ms;
-            c.per_rank[q].untraced_step_ms =
-                (c.per_rank[q].step_ms + again.per_rank[q].step_ms) / 2;
-          }
-          const common::Progress::Pause pause(progress);
-          if (printer)
-            std::printf("[zero-bench] timeline of %s: %s\n", bench::label(c).c_str(), path.c_str());
-        }
-        if (stage == 0 && off == "none") stage0_ms[ck] = c.per_rank.front().step_ms;
-        c.step_ms_stage0 = stage0_ms[ck];
-        {
-          const common::Progress::Pause pause(progress);
-          if (printer) std::printf("%s", bench::format_config(c).c_str());
-          std::fflush(stdout);
-        }
-        all.push_back(std::move(c));
+  for (const ConfigFigures& kind : kinds) {
+    ++index;
+    const std::string name = bench::label(kind);
+    const std::string of = std::to_string(index) + "/" + std::to_string(total);
+    progress.milestone("configuration " + of + ": " + name);
+    auto step_done = [&](int run) {  // run 0: measured, 1: traced, 2: untraced again
+      return [&, run](int steps) {
+        progress.update(
+            "configuration " + of + " (" + name +
+                (run == 1   ? ", traced"
+                 : run == 2 ? ", untraced again"
+                            : "") +
+                ") step " + std::to_string(steps) + "/" + std::to_string(o.steps),
+            ((index - 1) * runs + run + static_cast<double>(steps) / o.steps) / (total * runs));
+      };
+    };
+    step_done(0)(0);
+    ConfigFigures c = run_config(o, corpus, kind, world.get(), "", metrics.get(), step_done(0));
+    if (!o.trace.empty()) {  // the same configuration again, traced: the tracing's cost
+      const std::string path = trace_file(o.trace, c);
+      const ConfigFigures t = run_config(o, corpus, kind, world.get(), path, nullptr, step_done(1));
+      const ConfigFigures again =
+          run_config(o, corpus, kind, world.get(), "", nullptr, step_done(2));
+      for (std::size_t q = 0; q < c.per_rank.size(); ++q) {
+        c.per_rank[q].traced_step_ms = t.per_rank[q].step_ms;
+        c.per_rank[q].untraced_step_ms = (c.per_rank[q].step_ms + again.per_rank[q].step_ms) / 2;
+      }
+      const common::Progress::Pause pause(progress);
+      if (printer) {
+        std::printf("[zero-bench] timeline of %s: %s\n", bench::label(c).c_str(), path.c_str());
       }
     }
+    if (kind.stage == 0 && kind.offload == "none") {
+      stage0_ms[kind.checkpoint] = c.per_rank.front().step_ms;
+    }
+    c.step_ms_stage0 = stage0_ms[kind.checkpoint];
+    {
+      const common::Progress::Pause pause(progress);
+      if (printer) std::printf("%s", bench::format_config(c).c_str());
+      std::fflush(stdout);
+    }
+    all.push_back(std::move(c));
   }
   progress.finish();
   if (!printer) return 0;

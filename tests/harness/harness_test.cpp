@@ -117,6 +117,41 @@ TEST(Harness, PlanReproducesTheZeroPapersFigures) {
   EXPECT_NE(g.out.find("stage 3 +sqrt"), std::string::npos) << g.out;
 }
 
+// --hybrid 2 at 4 ranks: the HSDP rows' model states land on DESIGN.md's formula for a world of
+// 2 (twice the flat stage's, sharded over half the ranks), and the bytes sent across groups per
+// step on their ring formula; the flat rows send nothing across groups.
+TEST(Harness, HybridRowsFollowTheFormulaOfTheirGroup) {
+  const std::string json_path = tmp_path("hybrid.json");
+  const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
+                          " --ranks 4 --steps 2 --layers 2 --dim 64 --seq 32 --batch 2"
+                          " --stages 2,3 --checkpoint none --offload none --hybrid 2 --json " +
+                          json_path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("hybrid: sharded over groups of 2, 2 groups"), std::string::npos) << r.out;
+  std::ifstream in(json_path);
+  const nlohmann::json all = nlohmann::json::parse(in);
+  ASSERT_EQ(all.size(), 4u);  // stages 2, 3 flat, then stages 2, 3 +hsdp 2
+  std::map<int, double> flat_state;
+  for (const auto& c : all) {
+    const int stage = c["stage"].get<int>(), g = c["hybrid_shard_size"].get<int>();
+    const auto& r0 = c["per_rank"][0];
+    const double state = r0["model_state"].get<double>();
+    EXPECT_NEAR(state / c["formula"]["total"].get<double>(), 1.0, 0.01) << stage << " " << g;
+    const double cross = r0["cross_group_bytes_per_step"].get<double>();
+    if (g == 0) {
+      flat_state[stage] = state;
+      EXPECT_EQ(cross, 0.0);
+      continue;
+    }
+    EXPECT_GT(state, 1.5 * flat_state[stage]) << "stage " << stage;
+    EXPECT_GT(cross, 0.0);
+    EXPECT_NEAR(cross / c["cross_group_theory_bytes_per_step"].get<double>(), 1.0, 1e-3);
+    EXPECT_NEAR(
+        r0["comm_bytes_per_step"].get<double>() / c["comm_theory_bytes_per_step"].get<double>(),
+        1.0, 0.01);
+  }
+}
+
 TEST(Harness, BadFlagsAreClearErrors) {
   const CmdResult a = run(std::string(ZERO_BENCH_BIN) + " --stages 0,5");
   EXPECT_EQ(a.status, 2);
