@@ -95,8 +95,8 @@ struct AioQueue::Impl {
                         TraceClock::now(), op.unit,
                         op.failed ? -1 : static_cast<std::int64_t>(op.bytes));
     }
-    if (ob.io != nullptr && !op.failed) {
-      detail::IoCounters::add(read ? ob.io->nvme_read : ob.io->nvme_write, op.bytes);
+    if (!op.failed) {
+      ob.count(read ? &detail::IoCounters::nvme_read : &detail::IoCounters::nvme_write, op.bytes);
     }
   }
   void complete(const Piece& p, long res) {

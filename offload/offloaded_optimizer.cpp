@@ -128,7 +128,7 @@ void OffloadedOptimizer::chunk_step(const OptimizerParams& p, std::size_t c, flo
   } else {
     const TraceClock::time_point copy_begin = trace_now();
     dev_.copy(params, updated, ch.count * ws, DeviceOps::Lane::kCopy);
-    count(&detail::IoCounters::host_to_device, ch.count * ws);
+    observer_.count(&detail::IoCounters::host_to_device, ch.count * ws);
     if (w_ != DType::kF32) {
       param_fence_[b] = dev_.record(DeviceOps::Lane::kCopy);
       trace_copy_out(copy_begin, c, ch.count * ws, param_fence_[b]);
@@ -154,18 +154,13 @@ void OffloadedOptimizer::issue_grad_copy(std::size_t c) {
   dev_.copy(staging_grad_[b].data(), access_.grads(ch.unit) + ch.at * rs, ch.count * rs,
             DeviceOps::Lane::kCopy);
   grad_fence_[b] = dev_.record(DeviceOps::Lane::kCopy);
-  count(&detail::IoCounters::device_to_host, ch.count * rs);
+  observer_.count(&detail::IoCounters::device_to_host, ch.count * rs);
   if (observer_.tracer != nullptr) [[unlikely]] {
     grad_copy_[b] = {begin, grad_fence_[b], c, ch.count * rs};  // ends at chunk c's wait
   }
 }
 
 // ---- observation
-
-void OffloadedOptimizer::count(std::atomic<std::uint64_t> detail::IoCounters::*counter,
-                               std::size_t bytes) {
-  if (observer_.io != nullptr) detail::IoCounters::add(observer_.io->*counter, bytes);
-}
 
 TraceClock::time_point OffloadedOptimizer::trace_now() const {
   return observer_.tracer != nullptr ? TraceClock::now() : TraceClock::time_point{};
@@ -177,8 +172,7 @@ void OffloadedOptimizer::trace_copy_out(TraceClock::time_point begin, std::size_
     return;
   }
   if (fence == 0) {
-    observer_.tracer->record(TraceLane::kOffload, "params to device", begin, TraceClock::now(),
-                             static_cast<std::int64_t>(c), static_cast<std::int64_t>(bytes));
+    record_copy_out({begin, 0, c, bytes}, TraceClock::now());
     return;
   }
   copies_out_.push_back({begin, fence, c, bytes});
@@ -191,9 +185,7 @@ void OffloadedOptimizer::copies_out_waited(std::uint64_t fence) {
   const TraceClock::time_point now = TraceClock::now();
   std::erase_if(copies_out_, [&](const CopyInFlight& copy) {
     if (copy.fence != fence) return false;
-    observer_.tracer->record(TraceLane::kOffload, "params to device", copy.begin, now,
-                             static_cast<std::int64_t>(copy.chunk),
-                             static_cast<std::int64_t>(copy.bytes));
+    record_copy_out(copy, now);
     return true;
   });
 }
@@ -203,12 +195,14 @@ void OffloadedOptimizer::all_copies_out_waited() {
     return;
   }
   const TraceClock::time_point now = TraceClock::now();
-  for (const CopyInFlight& copy : copies_out_) {
-    observer_.tracer->record(TraceLane::kOffload, "params to device", copy.begin, now,
-                             static_cast<std::int64_t>(copy.chunk),
-                             static_cast<std::int64_t>(copy.bytes));
-  }
+  for (const CopyInFlight& copy : copies_out_) record_copy_out(copy, now);
   copies_out_.clear();
+}
+
+void OffloadedOptimizer::record_copy_out(const CopyInFlight& copy, TraceClock::time_point end) {
+  observer_.tracer->record(TraceLane::kOffload, "params to device", copy.begin, end,
+                           static_cast<std::int64_t>(copy.chunk),
+                           static_cast<std::int64_t>(copy.bytes));
 }
 
 // On a discrete device to_host_f32 copies the parameters to the host first; on the CPU device
@@ -219,7 +213,7 @@ void OffloadedOptimizer::master_from_params(const char* src, bool on_device, flo
   TraceScope region(on_device ? observer_.tracer : nullptr, TraceLane::kOffload, "params to host",
                     chunk, static_cast<std::int64_t>(bytes));
   detail::to_host_f32(dev_, tracker_, src, w_, on_device, out, n);
-  if (on_device) count(&detail::IoCounters::device_to_host, bytes);
+  if (on_device) observer_.count(&detail::IoCounters::device_to_host, bytes);
 }
 
 void OffloadedOptimizer::step(const OptimizerParams& p, std::int64_t step, float grad_scale) {

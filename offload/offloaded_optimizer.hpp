@@ -90,7 +90,6 @@ class OffloadedOptimizer {
                   char* const* state_part, std::int64_t step, float grad_scale);
   void issue_grad_copy(std::size_t c);
   // ---- observation (each a branch when neither tracer nor counters are attached)
-  void count(std::atomic<std::uint64_t> detail::IoCounters::*counter, std::size_t bytes);
   TraceClock::time_point trace_now() const;
   // A parameter copy out enqueued at `begin`: its region ends when the host waits for `fence`
   // (0: complete already).
@@ -128,10 +127,12 @@ class OffloadedOptimizer {
   // done when enqueued).
   struct CopyInFlight {
     TraceClock::time_point begin{};
+    void record_copy_out(const CopyInFlight& copy, TraceClock::time_point end);
     std::uint64_t fence = 0;
     std::size_t chunk = 0;
     std::size_t bytes = 0;
   };
+  void record_copy_out(const CopyInFlight& copy, TraceClock::time_point end);
   std::vector<CopyInFlight> grad_copy_;   // per staging buffer: its chunk's gradient copy in
   std::vector<CopyInFlight> copies_out_;  // parameter copies out not yet waited for
 };

@@ -190,7 +190,7 @@ void GradReducer::finish_front() {
       // the CPU device the same bytes, read straight from the reduce buffer).
       TraceScope region(observer_.tracer, TraceLane::kOffload, "reduced grads to host", u,
                         static_cast<std::int64_t>(count * rs));
-      if (observer_.io != nullptr) IoCounters::add(observer_.io->device_to_host, count * rs);
+      observer_.count(&IoCounters::device_to_host, count * rs);
       if (dev_.host_accessible()) {
         detail::accumulate(dst, r_, reduced, r_, count, first);
       } else {  // device -> host on the copy lane (the collective is complete), then on the host

@@ -25,6 +25,11 @@ struct IoCounters {
 struct Observer {
   Tracer* tracer = nullptr;  // null: tracing off (each site is one branch)
   IoCounters* io = nullptr;  // null: not counted (rooms used outside an engine, tests)
+
+  // Adds `bytes` to one of the counters when there are counters: count(&IoCounters::nvme_read, n).
+  void count(std::atomic<std::uint64_t> IoCounters::*counter, std::uint64_t bytes) const {
+    if (io != nullptr) IoCounters::add(io->*counter, bytes);
+  }
 };
 
 // Times one phase into a seconds counter (always) and a region on the tracer (when on).

@@ -116,13 +116,13 @@ void ParamGatherer::start_gather(UnitId u, bool async) {
   if (shard_on_nvme(u)) {  // this rank's shard into its place; the all-gather runs in place
     load_shard(u);
     dev_.copy(own, window_, shard_bytes);  // the host window to the device
-    if (observer_.io != nullptr) IoCounters::add(observer_.io->host_to_device, shard_bytes);
+    observer_.count(&IoCounters::host_to_device, shard_bytes);
     dev_.synchronize();  // the window is reused by the next load
     send = own;
   } else if (placement_.host_params && !dev_.host_accessible()) {
     // A pinned host shard: copied into its place, all-gathered in place on the device.
     dev_.copy(own, at(params_shard_.data(), up.params_offset, w_), shard_bytes);
-    if (observer_.io != nullptr) IoCounters::add(observer_.io->host_to_device, shard_bytes);
+    observer_.count(&IoCounters::host_to_device, shard_bytes);
     send = own;
   } else {
     send = at(params_shard_.data(), up.params_offset, w_);
@@ -162,9 +162,7 @@ void ParamGatherer::launch_deferred() {
     const UnitLayout& ul = placement_.lay(u);
     char* own = at(us.gathered.data(), placement_.own_begin(u), w_);
     dev_.copy(own, read_target(u), ul.shard * dtype_size(w_));
-    if (observer_.io != nullptr) {
-      IoCounters::add(observer_.io->host_to_device, ul.shard * dtype_size(w_));
-    }
+    observer_.count(&IoCounters::host_to_device, ul.shard * dtype_size(w_));
     comm_.tag_next(u);
     us.prefetch = comm_.all_gather_async(own, us.gathered.data(), ul.shard, w_);
   }
