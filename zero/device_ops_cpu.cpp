@@ -6,6 +6,7 @@
 #include "zero/device_ops.hpp"
 #include "zero/error.hpp"
 #include "zero/grad_accumulate.hpp"
+#include "zero/quantize.hpp"
 
 namespace zero {
 
@@ -45,6 +46,17 @@ void CpuDeviceOps::optimizer_step(const OptimizerParams& params, const ShardRef*
 
 GradStats CpuDeviceOps::grad_stats(const void* grad, DType dtype, std::size_t count) {
   return optimizer_.grad_stats(grad, dtype, count);
+}
+
+void CpuDeviceOps::quantize_int8(const void* src, DType dtype, std::size_t count,
+                                 std::size_t block, std::int8_t* q, float* scales) {
+  zero::quantize_int8(src, dtype, count, block, q, scales);
+}
+
+void CpuDeviceOps::dequantize_sum_int8(const char* chunks, std::size_t stride,
+                                       std::size_t scales_offset, int n, std::size_t count,
+                                       std::size_t block, float divisor, void* dst, DType dtype) {
+  zero::dequantize_sum_int8(chunks, stride, scales_offset, n, count, block, divisor, dst, dtype);
 }
 
 #if !ZERO_WITH_CUDA

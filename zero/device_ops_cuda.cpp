@@ -37,6 +37,7 @@ class CudaDeviceOps final : public DeviceOps {
     cudaStreamSynchronize(compute_);
     for (const Point& p : points_) cudaEventDestroy(p.event);
     for (cudaEvent_t e : spare_) cudaEventDestroy(e);
+    if (bad_ != nullptr) cudaFree(bad_);
     cudaStreamDestroy(copy_);
   }
 
@@ -92,6 +93,38 @@ class CudaDeviceOps final : public DeviceOps {
     bind();
     const detail::kernels::GradRef ref{grad, count, dtype};
     return detail::kernels::grad_stats(&ref, 1, compute_);
+  }
+  void quantize_int8(const void* src, DType dtype, std::size_t count, std::size_t block,
+                     std::int8_t* q, float* scales) override {
+    if (count == 0) return;
+    bind();
+    if (bad_ == nullptr) {
+      check(cudaMalloc(reinterpret_cast<void**>(&bad_), sizeof *bad_), "cudaMalloc", index_);
+    }
+    check(cudaMemsetAsync(bad_, 0xff, sizeof *bad_, compute_), "cudaMemsetAsync", index_);
+    detail::kernels::quantize_int8(src, dtype, count, block, q, scales, bad_, compute_);
+    unsigned long long first = 0;
+    check(cudaMemcpyAsync(&first, bad_, sizeof first, cudaMemcpyDeviceToHost, compute_),
+          "cudaMemcpyAsync", index_);
+    check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize(compute)", index_);
+    if (first == ~0ull) return;
+    float v = 0.0f;
+    const std::size_t es = dtype_size(dtype);
+    std::uint32_t raw = 0;
+    check(cudaMemcpy(&raw, static_cast<const char*>(src) + first * es, es, cudaMemcpyDeviceToHost),
+          "cudaMemcpy", index_);
+    zero::convert(&raw, dtype, &v, DType::kF32, 1);
+    ZERO_THROW(kInvalidArgument, "quantize_int8 on cuda:", index_, ": element ", first, " (block ",
+               first / block, " of ", block, " elements, ", to_string(dtype), ") is ", v,
+               ": block-wise int8 quantization carries finite values only (a non-finite "
+               "gradient or parameter upstream?)");
+  }
+  void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
+                           std::size_t count, std::size_t block, float divisor, void* dst,
+                           DType dtype) override {
+    bind();
+    detail::kernels::dequantize_sum_int8(chunks, stride, scales_offset, n, count, block, divisor,
+                                         dst, dtype, compute_);
   }
 
   void join(Lane waiter, Lane on) override {
@@ -164,6 +197,7 @@ class CudaDeviceOps final : public DeviceOps {
   };
   std::deque<Point> points_;
   std::vector<cudaEvent_t> spare_;
+  unsigned long long* bad_ = nullptr;  // quantize_int8: the first non-finite element's index
 };
 
 }  // namespace

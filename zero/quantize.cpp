@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "zero/detail/quantize_math.hpp"
 #include "zero/error.hpp"
@@ -122,6 +123,74 @@ void quantize_int8(const float* x, std::size_t count, std::size_t block, std::in
              x[i],
              ": block-wise int8 quantization carries finite values only (a non-finite gradient "
              "or parameter upstream?)");
+}
+
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
+                   std::int8_t* q, float* scales, Isa isa) {
+  if (dtype == DType::kF32) {
+    quantize_int8(static_cast<const float*>(x), count, block, q, scales, isa);
+    return;
+  }
+  check_args("quantize_int8", x, q, scales, count, block, isa);
+  const bool wide = isa == Isa::kAvx512;
+  const std::size_t es = dtype_size(dtype);
+  std::atomic<std::size_t> bad{std::numeric_limits<std::size_t>::max()};
+  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t n) {
+    thread_local std::vector<float> wide_x;  // the block in f32 (exact for 16-bit input)
+    wide_x.resize(n);
+    convert(static_cast<const char*>(x) + lo * es, dtype, wide_x.data(), DType::kF32, n);
+    const quant::BlockMax m = wide ? quant::avx512::block_max(wide_x.data(), n)
+                                   : quant::scalar::block_max(wide_x.data(), n);
+    if (!m.finite) {
+      std::size_t i = 0;
+      while (std::isfinite(wide_x[i])) ++i;
+      std::size_t seen = bad.load(std::memory_order_relaxed);
+      while (lo + i < seen && !bad.compare_exchange_weak(seen, lo + i, std::memory_order_relaxed)) {
+      }
+      return;
+    }
+    scales[b] = quant::block_scale(m.absmax);
+    (wide ? quant::avx512::quantize : quant::scalar::quantize)(
+        wide_x.data(), n, quant::block_inverse(m.absmax), q + lo);
+  });
+  const std::size_t i = bad.load();
+  if (i == std::numeric_limits<std::size_t>::max()) return;
+  float v = 0.0f;
+  convert(static_cast<const char*>(x) + i * es, dtype, &v, DType::kF32, 1);
+  ZERO_THROW(kInvalidArgument, "quantize_int8: element ", i, " (block ", i / block, " of ", block,
+             " elements, ", to_string(dtype), ") is ", v,
+             ": block-wise int8 quantization carries finite values only (a non-finite gradient "
+             "or parameter upstream?)");
+}
+
+void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
+                         std::size_t count, std::size_t block, float divisor, void* out,
+                         DType dtype, Isa isa) {
+  check_args("dequantize_sum_int8", chunks, chunks, out, count, block, isa);
+  ZERO_CHECK(n >= 1 && divisor > 0.0f, kInvalidArgument, "dequantize_sum_int8: ", n,
+             " chunks, divisor ", divisor, " (need n >= 1, divisor > 0)");
+  ZERO_CHECK(scales_offset % alignof(float) == 0 && stride % alignof(float) == 0,
+             kInvalidArgument, "dequantize_sum_int8: scales offset ", scales_offset,
+             " and stride ", stride, " must be multiples of 4 bytes");
+  const bool wide = isa == Isa::kAvx512;
+  const auto dequantize = wide ? quant::avx512::dequantize : quant::scalar::dequantize;
+  const std::size_t es = dtype_size(dtype);
+  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t len) {
+    thread_local std::vector<float> acc;
+    acc.resize(len);
+    const bool direct = dtype == DType::kF32 && divisor == 1.0f;  // sum straight into out
+    float* sum = direct ? static_cast<float*>(out) + lo : acc.data();
+    for (int k = 0; k < n; ++k) {
+      const char* chunk = chunks + static_cast<std::size_t>(k) * stride;
+      const float scale = reinterpret_cast<const float*>(chunk + scales_offset)[b];
+      dequantize(reinterpret_cast<const std::int8_t*>(chunk) + lo, len, scale, sum, k > 0);
+    }
+    if (direct) return;
+    if (divisor != 1.0f) {
+      for (std::size_t i = 0; i < len; ++i) sum[i] = sum[i] / divisor;
+    }
+    convert(sum, DType::kF32, static_cast<char*>(out) + lo * es, dtype, len);
+  });
 }
 
 void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t count,

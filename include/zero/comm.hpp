@@ -13,6 +13,9 @@
 // knows nothing of the training Config: zero/comm_config.hpp builds CommOptions from one.
 //
 // Collective semantics (all backends; NCCL's rules):
+//   - all_gather, broadcast and all_to_all move bytes unchanged (no conversion, NaN payloads
+//     kept): a payload of another type (the packed int8 blocks of zero/quantized_comm.hpp) may
+//     travel as f32 elements.
 //   - Every rank of the group must issue the same collectives, in the same order, with the same
 //     count, dtype, op and root. Several asynchronous collectives may be in flight; they run and
 //     complete in issue order.
@@ -69,9 +72,10 @@ enum class Collective : std::uint8_t {
   kAllGather,
   kBroadcast,
   kBarrier,
+  kAllToAll,
 };
-inline constexpr std::size_t kNumCollectives = 5;
-// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier".
+inline constexpr std::size_t kNumCollectives = 6;
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "all_to_all".
 std::string_view to_string(Collective c) noexcept;
 
 // ---- communication volume
@@ -84,6 +88,7 @@ std::string_view to_string(Collective c) noexcept;
 //   all_gather      sent = received = (N-1) * B           (B = send_count * dtype size)
 //   broadcast       root: sent = B; others: received = B
 //   barrier         0
+//   all_to_all      sent = received = (N-1) * B           (B = count * dtype size: one chunk)
 // so that stage-k communication per step can be compared with DESIGN.md's formulas.
 struct CommCounters {
   std::uint64_t calls = 0;
@@ -161,7 +166,7 @@ struct CollectiveArgs {
   const void* send = nullptr;
   void* recv = nullptr;
   std::size_t count = 0;  // all_reduce, broadcast: elements; reduce_scatter: recv_count;
-                          // all_gather: send_count
+                          // all_gather: send_count; all_to_all: elements per chunk
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;  // broadcast
@@ -279,6 +284,12 @@ class Communicator {
 
   void barrier();
   CommHandle barrier_async();
+
+  // send holds size() chunks of `count` elements: chunk q goes to rank q; recv (size() * count
+  // elements) receives rank q's chunk for this rank at offset q * count. Not in place: send and
+  // recv must not overlap.
+  void all_to_all(const void* send, void* recv, std::size_t count, DType dtype);
+  CommHandle all_to_all_async(const void* send, void* recv, std::size_t count, DType dtype);
 
   // Splits this group into sub-groups: ranks passing the same color form one group, ordered by
   // key, then by rank here. Collective: every rank of this group must call it (after waiting for

@@ -60,6 +60,17 @@ class DeviceOps {
   // Sum of squares and non-finite check of `count` gradients in device memory. Deterministic
   // for a given device. Waits for the compute stream.
   virtual GradStats grad_stats(const void* grad, DType dtype, std::size_t count) = 0;
+  // Block-wise int8 quantization (zero/quantize.hpp: quantize_int8 of any dtype, the same bits on
+  // every device) of `count` elements of src into q / scales in device memory. A non-finite
+  // element is zero::Error(kInvalidArgument) naming it (CUDA: found when the stream reaches the
+  // kernel; this then waits for the compute stream).
+  virtual void quantize_int8(const void* src, DType dtype, std::size_t count, std::size_t block,
+                             std::int8_t* q, float* scales) = 0;
+  // zero/quantize.hpp's dequantize_sum_int8 on device memory: dst (dtype) = the f32 sum of n
+  // quantized chunks read back, divided by divisor, rounded once.
+  virtual void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset,
+                                   int n, std::size_t count, std::size_t block, float divisor,
+                                   void* dst, DType dtype) = 0;
 
   // Makes `waiter` run what is enqueued on it from now on after what is enqueued on `on` so far.
   virtual void join(Lane waiter, Lane on) = 0;
@@ -98,6 +109,11 @@ class CpuDeviceOps : public DeviceOps {
   void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
                       std::int64_t step, float grad_scale) override;
   GradStats grad_stats(const void* grad, DType dtype, std::size_t count) override;
+  void quantize_int8(const void* src, DType dtype, std::size_t count, std::size_t block,
+                     std::int8_t* q, float* scales) override;
+  void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
+                           std::size_t count, std::size_t block, float divisor, void* dst,
+                           DType dtype) override;
   void join(Lane, Lane) override {}
   std::uint64_t record(Lane) override { return 0; }
   void wait(std::uint64_t) override {}

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "zero/cpu_features.hpp"
+#include "zero/dtype.hpp"
 
 namespace zero {
 
@@ -41,5 +42,21 @@ void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t coun
 // each rank sent, dequantized, in rank order).
 void dequantize_add_int8(const std::int8_t* q, const float* scales, std::size_t count,
                          std::size_t block, float* out, Isa isa = best_isa());
+
+// ---- any element type, and sums of quantized chunks (the quantized collectives' two ends)
+
+// quantize_int8 of `count` elements of x in `dtype` (16-bit values become f32 exactly first).
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
+                   std::int8_t* q, float* scales, Isa isa = best_isa());
+
+// n quantized chunks of `count` elements each: chunk k's values at chunks + k * stride and its
+// scales at chunks + k * stride + scales_offset (bytes; 4-aligned).
+// out[i] = (sum over k = 0, 1, ..., n-1 of chunk k's element i read back) / divisor, summed in
+// f32 in k order and rounded once to `dtype` (n = 1, divisor = 1: the chunk read back). The
+// reduction of qgZ never sums int8: each rank's contribution is read back first.
+// REQUIRES: n >= 1, divisor > 0.
+void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
+                         std::size_t count, std::size_t block, float divisor, void* out,
+                         DType dtype, Isa isa = best_isa());
 
 }  // namespace zero

@@ -67,6 +67,16 @@ class DiscreteCpuDevice final : public CpuDeviceOps {
   GradStats grad_stats(const void* grad, DType dtype, std::size_t count) override {
     return CpuDeviceOps::grad_stats(untag(grad), dtype, count);
   }
+  void quantize_int8(const void* src, DType dtype, std::size_t count, std::size_t block,
+                     std::int8_t* q, float* scales) override {
+    CpuDeviceOps::quantize_int8(untag(src), dtype, count, block, untag(q), untag(scales));
+  }
+  void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
+                           std::size_t count, std::size_t block, float divisor, void* dst,
+                           DType dtype) override {
+    CpuDeviceOps::dequantize_sum_int8(untag(chunks), stride, scales_offset, n, count, block,
+                                      divisor, untag(dst), dtype);
+  }
 
   long copies = 0;  // copies issued (host <-> device traffic and device-internal)
 
@@ -100,6 +110,7 @@ class DiscreteComm final : public Communicator {
       case Collective::kAllGather: return inner_.all_gather_async(s, r, a.count, a.dtype);
       case Collective::kBroadcast: return inner_.broadcast_async(s, r, a.count, a.dtype, a.root);
       case Collective::kBarrier: return inner_.barrier_async();
+      case Collective::kAllToAll: return inner_.all_to_all_async(s, r, a.count, a.dtype);
     }
     ZERO_THROW(kInternal, "unknown collective");
   }

@@ -45,6 +45,7 @@ class FaultComm final : public Communicator {
       case Collective::kBroadcast:
         return inner_.broadcast_async(a.send, a.recv, a.count, a.dtype, a.root);
       case Collective::kBarrier: return inner_.barrier_async();
+      case Collective::kAllToAll: return inner_.all_to_all_async(a.send, a.recv, a.count, a.dtype);
     }
     ZERO_THROW(kInternal, "unknown collective");
   }

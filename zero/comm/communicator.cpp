@@ -26,6 +26,7 @@ std::string_view to_string(Collective c) noexcept {
     case Collective::kAllGather: return "all_gather";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kBarrier: return "barrier";
+    case Collective::kAllToAll: return "all_to_all";
   }
   return "unknown";
 }
@@ -220,7 +221,8 @@ void Communicator::count(const detail::CollectiveArgs& a) {
   switch (a.kind) {
     case Collective::kAllReduce: sent = received = 2 * (n - 1) * bytes / n; break;
     case Collective::kReduceScatter:
-    case Collective::kAllGather: sent = received = (n - 1) * bytes; break;
+    case Collective::kAllGather:
+    case Collective::kAllToAll: sent = received = (n - 1) * bytes; break;
     case Collective::kBroadcast:
       if (n > 1) (a.root == rank_ ? sent : received) = bytes;
       break;
@@ -276,6 +278,12 @@ void Communicator::check(const detail::CollectiveArgs& a) const {
         ZERO_CHECK(a.send == a.recv || !overlaps(a.send, bytes, a.recv, bytes), kInvalidArgument,
                    describe(a), ": send and recv overlap without being equal");
       }
+      break;
+    case Collective::kAllToAll:
+      ZERO_CHECK(!has_data || (a.send != nullptr && a.recv != nullptr), kInvalidArgument,
+                 describe(a), ": null buffer (send ", a.send, ", recv ", a.recv, ")");
+      ZERO_CHECK(!overlaps(a.send, n * bytes, a.recv, n * bytes), kInvalidArgument, describe(a),
+                 ": send ", a.send, " and recv ", a.recv, " overlap (all_to_all is not in place)");
       break;
     case Collective::kBarrier: break;
   }
@@ -352,6 +360,14 @@ CommHandle Communicator::barrier_async() {
 }
 void Communicator::barrier() {
   run({Collective::kBarrier, nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum, 0});
+}
+
+CommHandle Communicator::all_to_all_async(const void* send, void* recv, std::size_t count,
+                                          DType dtype) {
+  return issue({Collective::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0});
+}
+void Communicator::all_to_all(const void* send, void* recv, std::size_t count, DType dtype) {
+  run({Collective::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0});
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {

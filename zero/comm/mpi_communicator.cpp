@@ -253,6 +253,12 @@ void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
       if (a.count == 0) ZERO_MPI_RUN(how, st, what, MPI_Barrier, MPI_Ibarrier, st.comm);
       break;
     }
+    case Collective::kAllToAll: {
+      const int n = to_int_count(a.count, what);
+      ZERO_MPI_RUN(how, st, what, MPI_Alltoall, MPI_Ialltoall, a.send, n, type, a.recv, n, type,
+                   st.comm);
+      break;
+    }
     case Collective::kBarrier:
       ZERO_MPI_RUN(how, st, what, MPI_Barrier, MPI_Ibarrier, st.comm);
       break;

@@ -286,6 +286,21 @@ class NcclCommunicator final : public Communicator {
         rc = ncclBroadcast(a.send != nullptr ? a.send : a.recv, a.recv, a.count, type, a.root,
                            st_->comm, st_->stream);
         break;
+      case Collective::kAllToAll: {  // NCCL has none: a send and a receive per peer, grouped
+        const std::size_t bytes = a.count * dtype_size(a.dtype);
+        rc = ncclGroupStart();
+        for (int q = 0; q < size() && rc == ncclSuccess; ++q) {
+          rc = ncclSend(static_cast<const char*>(a.send) + q * bytes, a.count, type, q, st_->comm,
+                        st_->stream);
+          if (rc == ncclSuccess) {
+            rc = ncclRecv(static_cast<char*>(a.recv) + q * bytes, a.count, type, q, st_->comm,
+                          st_->stream);
+          }
+        }
+        const ncclResult_t end = ncclGroupEnd();
+        if (rc == ncclSuccess) rc = end;
+        break;
+      }
       case Collective::kBarrier:  // NCCL has none: a one-element all-reduce on the stream
         rc = ncclAllReduce(st_->scratch, st_->scratch, 1, ncclFloat32, ncclSum, st_->comm,
                            st_->stream);

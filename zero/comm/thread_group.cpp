@@ -90,7 +90,8 @@ void check_same_collective(const Group& g, const std::string& what) {
     const CollectiveArgs& b = g.posted[q];
     const bool same = a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
                       (a.kind == Collective::kAllGather || a.kind == Collective::kBroadcast ||
-                       a.kind == Collective::kBarrier || a.op == b.op) &&
+                       a.kind == Collective::kBarrier || a.kind == Collective::kAllToAll ||
+                       a.op == b.op) &&
                       (a.kind != Collective::kBroadcast || a.root == b.root);
     ZERO_CHECK(same, kInvalidArgument, what, ": ranks disagree on the collective: rank ",
                g.world_ranks[0], " issued ", to_string(a.kind), "(", a.count, " x ",
@@ -133,6 +134,12 @@ void do_share(const Group& g, int r, const CollectiveArgs& a) {
       if (a.recv != src && a.count > 0) std::memcpy(a.recv, src, a.count * es);
       break;
     }
+    case Collective::kAllToAll:  // rank q's chunk r into this rank's slot q
+      for (std::size_t q = 0; q < n && a.count > 0; ++q) {
+        std::memcpy(elem_ptr(a.recv, q * a.count, t),
+                    static_cast<const char*>(g.posted[q].send) + r * a.count * es, a.count * es);
+      }
+      break;
     case Collective::kBarrier: break;
   }
 }

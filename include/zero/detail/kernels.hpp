@@ -64,6 +64,15 @@ void accumulate(void* dst, DType dst_dtype, const void* src, DType src_dtype, st
 // caller checks it after the stream reaches the launch. Returns when enqueued.
 void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
                    float* scales, unsigned long long* first_non_finite, void* stream);
+// The same from x of any dtype (16-bit values read as f32 exactly).
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
+                   std::int8_t* q, float* scales, unsigned long long* first_non_finite,
+                   void* stream);
+// zero::dequantize_sum_int8 (zero/quantize.hpp), the same bits: dst = the f32 sum of n chunks
+// read back, divided by divisor, rounded once to dtype. Returns when enqueued.
+void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
+                         std::size_t count, std::size_t block, float divisor, void* dst,
+                         DType dtype, void* stream);
 // out[i] = q[i] * scales[i / block] (add: out[i] += it, in f32). Returns when enqueued.
 void dequantize_int8(const std::int8_t* q, const float* scales, std::size_t count,
                      std::size_t block, float* out, bool add, void* stream);
