@@ -91,8 +91,9 @@ __global__ void dequantize_sum_kernel(const char* chunks, std::size_t stride,
     float acc = 0.0f;
     for (int k = 0; k < n; ++k) {
       const char* chunk = chunks + static_cast<std::size_t>(k) * stride;
-      const float v = quant::dequantize_one(reinterpret_cast<const std::int8_t*>(chunk)[i],
-                                            reinterpret_cast<const float*>(chunk + scales_offset)[i / block]);
+      const float v =
+          quant::dequantize_one(reinterpret_cast<const std::int8_t*>(chunk)[i],
+                                reinterpret_cast<const float*>(chunk + scales_offset)[i / block]);
       acc = k == 0 ? v : __fadd_rn(acc, v);
     }
     store_f32(dst, dtype, i, divisor == 1.0f ? acc : __fdiv_rn(acc, divisor));
@@ -106,9 +107,8 @@ void quantize_int8(const float* x, std::size_t count, std::size_t block, std::in
   quantize_int8(x, DType::kF32, count, block, q, scales, first_non_finite, stream);
 }
 
-void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
-                   std::int8_t* q, float* scales, unsigned long long* first_non_finite,
-                   void* stream) {
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block, std::int8_t* q,
+                   float* scales, unsigned long long* first_non_finite, void* stream) {
   ZERO_CHECK(block >= 1, kInvalidArgument, "GPU quantize_int8: block size must be >= 1");
   if (count == 0) return;
   ZERO_CHECK(x != nullptr && q != nullptr && scales != nullptr, kInvalidArgument,

@@ -48,8 +48,8 @@ GradStats CpuDeviceOps::grad_stats(const void* grad, DType dtype, std::size_t co
   return optimizer_.grad_stats(grad, dtype, count);
 }
 
-void CpuDeviceOps::quantize_int8(const void* src, DType dtype, std::size_t count,
-                                 std::size_t block, std::int8_t* q, float* scales) {
+void CpuDeviceOps::quantize_int8(const void* src, DType dtype, std::size_t count, std::size_t block,
+                                 std::int8_t* q, float* scales) {
   zero::quantize_int8(src, dtype, count, block, q, scales);
 }
 

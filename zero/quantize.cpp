@@ -125,8 +125,8 @@ void quantize_int8(const float* x, std::size_t count, std::size_t block, std::in
              "or parameter upstream?)");
 }
 
-void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
-                   std::int8_t* q, float* scales, Isa isa) {
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block, std::int8_t* q,
+                   float* scales, Isa isa) {
   if (dtype == DType::kF32) {
     quantize_int8(static_cast<const float*>(x), count, block, q, scales, isa);
     return;
@@ -169,9 +169,9 @@ void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t sca
   check_args("dequantize_sum_int8", chunks, chunks, out, count, block, isa);
   ZERO_CHECK(n >= 1 && divisor > 0.0f, kInvalidArgument, "dequantize_sum_int8: ", n,
              " chunks, divisor ", divisor, " (need n >= 1, divisor > 0)");
-  ZERO_CHECK(scales_offset % alignof(float) == 0 && stride % alignof(float) == 0,
-             kInvalidArgument, "dequantize_sum_int8: scales offset ", scales_offset,
-             " and stride ", stride, " must be multiples of 4 bytes");
+  ZERO_CHECK(scales_offset % alignof(float) == 0 && stride % alignof(float) == 0, kInvalidArgument,
+             "dequantize_sum_int8: scales offset ", scales_offset, " and stride ", stride,
+             " must be multiples of 4 bytes");
   const bool wide = isa == Isa::kAvx512;
   const auto dequantize = wide ? quant::avx512::dequantize : quant::scalar::dequantize;
   const std::size_t es = dtype_size(dtype);

@@ -18,8 +18,7 @@ const char* byte_at(const void* p, std::size_t bytes) {
 }
 
 void check_block(const char* what, std::size_t block) {
-  ZERO_CHECK(block >= 1, kInvalidArgument, what, ": quantization block must be >= 1, got ",
-             block);
+  ZERO_CHECK(block >= 1, kInvalidArgument, what, ": quantization block must be >= 1, got ", block);
 }
 
 // The chunk of `count` elements at `chunk`, quantized from src.
@@ -78,8 +77,8 @@ void quantized_all_gather(Communicator& comm, DeviceOps& dev, const void* send, 
 
 // ---- reduce-scatter
 
-std::size_t quantized_reduce_scatter_staging_bytes(const Communicator& comm,
-                                                   std::size_t recv_count, std::size_t block) {
+std::size_t quantized_reduce_scatter_staging_bytes(const Communicator& comm, std::size_t recv_count,
+                                                   std::size_t block) {
   check_block("quantized reduce_scatter", block);
   return 2 * static_cast<std::size_t>(comm.size()) * QuantizedChunk{recv_count, block}.bytes();
 }
@@ -98,9 +97,9 @@ CommHandle start_quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, co
                                DType::kF32);
 }
 
-void finish_quantized_reduce_scatter(const Communicator& comm, DeviceOps& dev,
-                                     const void* staging, void* recv, std::size_t recv_count,
-                                     DType dtype, std::size_t block, ReduceOp op) {
+void finish_quantized_reduce_scatter(const Communicator& comm, DeviceOps& dev, const void* staging,
+                                     void* recv, std::size_t recv_count, DType dtype,
+                                     std::size_t block, ReduceOp op) {
   const QuantizedChunk c{recv_count, block};
   const auto n = static_cast<std::size_t>(comm.size());
   const float divisor = divisor_of("quantized reduce_scatter", op, comm.size());

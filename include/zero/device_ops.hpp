@@ -68,9 +68,9 @@ class DeviceOps {
                              std::int8_t* q, float* scales) = 0;
   // zero/quantize.hpp's dequantize_sum_int8 on device memory: dst (dtype) = the f32 sum of n
   // quantized chunks read back, divided by divisor, rounded once.
-  virtual void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset,
-                                   int n, std::size_t count, std::size_t block, float divisor,
-                                   void* dst, DType dtype) = 0;
+  virtual void dequantize_sum_int8(const char* chunks, std::size_t stride,
+                                   std::size_t scales_offset, int n, std::size_t count,
+                                   std::size_t block, float divisor, void* dst, DType dtype) = 0;
 
   // Makes `waiter` run what is enqueued on it from now on after what is enqueued on `on` so far.
   virtual void join(Lane waiter, Lane on) = 0;

@@ -46,8 +46,8 @@ void dequantize_add_int8(const std::int8_t* q, const float* scales, std::size_t 
 // ---- any element type, and sums of quantized chunks (the quantized collectives' two ends)
 
 // quantize_int8 of `count` elements of x in `dtype` (16-bit values become f32 exactly first).
-void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
-                   std::int8_t* q, float* scales, Isa isa = best_isa());
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block, std::int8_t* q,
+                   float* scales, Isa isa = best_isa());
 
 // n quantized chunks of `count` elements each: chunk k's values at chunks + k * stride and its
 // scales at chunks + k * stride + scales_offset (bytes; 4-aligned).

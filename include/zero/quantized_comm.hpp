@@ -62,8 +62,8 @@ void quantized_all_gather(Communicator& comm, DeviceOps& dev, const void* send, 
 
 // ---- qgZ: reduce-scatter
 
-std::size_t quantized_reduce_scatter_staging_bytes(const Communicator& comm,
-                                                   std::size_t recv_count, std::size_t block);
+std::size_t quantized_reduce_scatter_staging_bytes(const Communicator& comm, std::size_t recv_count,
+                                                   std::size_t block);
 // Quantizes each of the size() chunks of `send` (size() x recv_count elements of `dtype`)
 // into `staging` and starts the all-to-all that brings every rank's chunk r to rank r.
 CommHandle start_quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, const void* send,
@@ -72,9 +72,9 @@ CommHandle start_quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, co
 // After the handle completed: recv (recv_count elements of `dtype`, may lie inside the send
 // buffer) = the f32 sum in rank order of the received chunks read back, divided by size() for
 // kAvg. REQUIRES: op is kSum or kAvg.
-void finish_quantized_reduce_scatter(const Communicator& comm, DeviceOps& dev,
-                                     const void* staging, void* recv, std::size_t recv_count,
-                                     DType dtype, std::size_t block, ReduceOp op);
+void finish_quantized_reduce_scatter(const Communicator& comm, DeviceOps& dev, const void* staging,
+                                     void* recv, std::size_t recv_count, DType dtype,
+                                     std::size_t block, ReduceOp op);
 void quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, const void* send, void* recv,
                               std::size_t recv_count, DType dtype, std::size_t block, ReduceOp op,
                               void* staging);

@@ -235,6 +235,61 @@ inline std::string check_all_gather(Communicator& c, std::size_t send_count, DTy
   return "";
 }
 
+inline std::string check_all_to_all(Communicator& c, std::size_t count, DType t,
+                                    std::uint64_t seed) {
+  const int n = c.size();
+  const int r = c.rank();
+  GuardedBuffer send(count * n, t);
+  GuardedBuffer recv(count * n, t);
+  send.fill_input(seed, r, 0, count * n);  // chunk q: this rank's elements [q count, (q+1) count)
+  c.all_to_all(send.data(), recv.data(), count, t);
+  if (!recv.guards_intact() || !send.guards_intact()) return "write outside the buffers";
+  const std::string unchanged = compare(send.data(), count * n, t, 0, [&](std::size_t i) {
+    return Expected{input_value(seed, r, i, t), 0.0};
+  });
+  if (!unchanged.empty()) return detail::cat("send modified: ", unchanged);
+  for (int q = 0; q < n; ++q) {
+    const char* part = static_cast<const char*>(recv.data()) + q * count * dtype_size(t);
+    const std::string s = compare(part, count, t, 0, [&](std::size_t i) {
+      return Expected{input_value(seed, q, static_cast<std::size_t>(r) * count + i, t), 0.0};
+    });
+    if (!s.empty()) return detail::cat("chunk from rank ", q, ": ", s);
+  }
+  return "";
+}
+
+// all_gather and all_to_all move bytes unchanged (the quantized collectives' packed chunks ride
+// them as f32 elements): arbitrary bit patterns, NaN payloads and signalling NaNs among them,
+// arrive bit for bit.
+inline std::string check_bytes_preserved(Communicator& c, std::size_t words, std::uint64_t seed) {
+  const int n = c.size();
+  const auto r = static_cast<std::uint64_t>(c.rank());
+  auto word = [&](std::uint64_t q, std::size_t i) {
+    const std::uint64_t h = splitmix(seed ^ (q << 40) ^ i);
+    // Every fourth word a NaN (quiet or signalling, any payload), the rest any bits.
+    return static_cast<std::uint32_t>(i % 4 == 0 ? (0x7f800001u | (h & 0x807fffffu)) : h);
+  };
+  std::vector<std::uint32_t> send(words * n), recv(words * n, 0);
+  for (std::size_t i = 0; i < send.size(); ++i) send[i] = word(r, i);
+  c.all_gather(send.data(), recv.data(), words, DType::kF32);
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < words; ++i) {
+      if (recv[q * words + i] != word(static_cast<std::uint64_t>(q), i)) {
+        return detail::cat("all_gather changed word ", i, " of rank ", q);
+      }
+    }
+  }
+  c.all_to_all(send.data(), recv.data(), words, DType::kF32);
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < words; ++i) {
+      if (recv[q * words + i] != word(static_cast<std::uint64_t>(q), r * words + i)) {
+        return detail::cat("all_to_all changed word ", i, " from rank ", q);
+      }
+    }
+  }
+  return "";
+}
+
 inline std::string check_broadcast(Communicator& c, std::size_t count, DType t, int root,
                                    bool in_place, std::uint64_t seed) {
   GuardedBuffer send(count, t);
@@ -258,6 +313,7 @@ inline std::vector<std::size_t> matrix_counts(int n) {
 
 inline void run_matrix(Communicator& c, DType t, Exactness ex, std::uint64_t seed) {
   std::uint64_t s = seed;
+  EXPECT_EQ("", check_bytes_preserved(c, 1031, ++s)) << " [rank " << c.rank() << "]";
   for (std::size_t count : matrix_counts(c.size())) {
     for (bool in_place : {false, true}) {
       const std::string where =
@@ -270,6 +326,9 @@ inline void run_matrix(Communicator& c, DType t, Exactness ex, std::uint64_t see
             << "reduce_scatter " << to_string(op) << where;
       }
       EXPECT_EQ("", check_all_gather(c, count, t, in_place, ++s)) << "all_gather" << where;
+      if (!in_place) {
+        EXPECT_EQ("", check_all_to_all(c, count, t, ++s)) << "all_to_all" << where;
+      }
       for (int root : {0, c.size() - 1}) {
         EXPECT_EQ("", check_broadcast(c, count, t, root, in_place, ++s))
             << "broadcast root " << root << where;

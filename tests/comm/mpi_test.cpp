@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "comm/collective_checks.hpp"
+#include "comm/quantized_checks.hpp"
 #include "mpi_world.hpp"
 #include "zero/comm.hpp"
 
@@ -32,6 +33,11 @@ class MpiMatrix : public ::testing::TestWithParam<DType> {};
 
 TEST_P(MpiMatrix, EveryCollectiveMatchesReference) {
   run_matrix(world(), GetParam(), Exactness::kTolerance, 7000 + static_cast<int>(GetParam()));
+}
+
+TEST(Mpi, QuantizedCollectivesStayWithinTheBound) {
+  CpuDeviceOps dev;
+  run_quantized_matrix(world(), dev, 4400);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MpiMatrix,

@@ -330,6 +330,9 @@ TEST(ThreadGroup, BadArgumentsAreInvalidArgumentErrors) {
   EXPECT_EQ(kBad, code_of([&] {
               c->all_reduce(buf.data(), buf.data(), SIZE_MAX / 2, DType::kF32, ReduceOp::kSum);
             }));
+  EXPECT_EQ(kBad, code_of([&] { c->all_to_all(buf.data(), buf.data(), 4, DType::kF32); }));
+  EXPECT_EQ(kBad, code_of([&] { c->all_to_all(buf.data(), buf.data() + 3, 4, DType::kF32); }));
+  EXPECT_EQ(kBad, code_of([&] { c->all_to_all(nullptr, buf.data(), 4, DType::kF32); }));
   EXPECT_EQ(kBad, code_of([&] { c->split(-2, 0); }));
   EXPECT_EQ(kBad, code_of([&] { c->set_timeout_s(0); }));
   // Count 0 with null buffers is fine.
@@ -413,7 +416,12 @@ TEST(ThreadGroup, ByteCountersFollowTheRingVolumes) {
     c.all_gather(half.data() + 100 * c.rank(), half.data(), 100, DType::kBF16);
     c.broadcast(buf.data(), buf.data(), 10, DType::kF32, 2);
     c.barrier();
+    std::vector<float> chunks(4 * 30), got(4 * 30);
+    c.all_to_all(chunks.data(), got.data(), 30, DType::kF32);
     const CommStats s = c.stats();
+    EXPECT_EQ(1u, s[Collective::kAllToAll].calls);
+    EXPECT_EQ(360u, s[Collective::kAllToAll].bytes_sent);  // 3 * 120
+    EXPECT_EQ(360u, s[Collective::kAllToAll].bytes_received);
     EXPECT_EQ(1u, s[Collective::kAllReduce].calls);
     EXPECT_EQ(6000u, s[Collective::kAllReduce].bytes_sent);  // 2 * 3/4 * 4000
     EXPECT_EQ(6000u, s[Collective::kAllReduce].bytes_received);
@@ -423,7 +431,7 @@ TEST(ThreadGroup, ByteCountersFollowTheRingVolumes) {
     EXPECT_EQ(c.rank() == 2 ? 40u : 0u, s[Collective::kBroadcast].bytes_sent);
     EXPECT_EQ(c.rank() == 2 ? 0u : 40u, s[Collective::kBroadcast].bytes_received);
     EXPECT_EQ(1u, s[Collective::kBarrier].calls);
-    EXPECT_EQ(6000u + 3000u + 600u + (c.rank() == 2 ? 40u : 0u), s.bytes_sent());
+    EXPECT_EQ(6000u + 3000u + 600u + 360u + (c.rank() == 2 ? 40u : 0u), s.bytes_sent());
     c.reset_stats();
     EXPECT_EQ(0u, c.stats().bytes_received());
   });

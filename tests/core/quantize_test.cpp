@@ -160,6 +160,80 @@ TEST(Quantize, DequantizedPartsSumInF32) {
   }
 }
 
+TEST(Quantize, SixteenBitInputQuantizesAsItsF32Value) {
+  // 16-bit values are exact in f32: quantizing them is quantizing their f32 values, bit for bit.
+  std::mt19937 rng(41);
+  std::normal_distribution<float> n(0.0f, 2.0f);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (std::size_t count : {1u, 255u, 257u, 5000u}) {
+      std::vector<std::uint16_t> x(count);
+      std::vector<float> wide(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        float v = n(rng);
+        convert(&v, DType::kF32, &x[i], t, 1);
+        convert(&x[i], t, &wide[i], DType::kF32, 1);
+      }
+      std::vector<std::int8_t> q0(count), q1(count, 99);
+      std::vector<float> s0(num_blocks(count, 256)), s1(s0.size(), -1.0f);
+      quantize_int8(wide.data(), count, 256, q0.data(), s0.data());
+      quantize_int8(x.data(), t, count, 256, q1.data(), s1.data());
+      EXPECT_EQ(q1, q0) << to_string(t) << " count " << count;
+      EXPECT_EQ(std::memcmp(s1.data(), s0.data(), s0.size() * 4), 0) << to_string(t);
+    }
+    std::vector<std::uint16_t> bad(600, 0);
+    const float inf = -std::numeric_limits<float>::infinity();
+    convert(&inf, DType::kF32, &bad[513], t, 1);
+    std::vector<std::int8_t> q(600);
+    std::vector<float> sc(3);
+    expect_error([&] { quantize_int8(bad.data(), t, 600, 256, q.data(), sc.data()); },
+                 ErrorCode::kInvalidArgument, "element 513 (block 2 of 256 elements, ");
+  }
+}
+
+TEST(Quantize, DequantizeSumMatchesAScalarReferenceInEveryDtype) {
+  // Packed chunks (values, then scales) at a stride, as the quantized collectives lay them out;
+  // the reference is written here: the f32 sum in chunk order, divided, rounded once.
+  std::mt19937 rng(43);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int chunks : {1, 3, 4}) {
+    for (std::size_t count : {1u, 100u, 257u, 3001u}) {
+      const std::size_t block = 64, nb = num_blocks(count, block);
+      const std::size_t scales_offset = (count + 15) / 16 * 16;
+      const std::size_t stride = (scales_offset + 4 * nb + 15) / 16 * 16;
+      std::vector<char> packed(stride * chunks);
+      for (int k = 0; k < chunks; ++k) {
+        std::vector<float> x(count);
+        for (float& v : x) v = n(rng) * static_cast<float>(k + 1);
+        char* c = packed.data() + k * stride;
+        quantize_int8(x.data(), count, block, reinterpret_cast<std::int8_t*>(c),
+                      reinterpret_cast<float*>(c + scales_offset));
+      }
+      for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        for (float divisor : {1.0f, static_cast<float>(chunks)}) {
+          std::vector<char> out(count * dtype_size(t), '\xff');
+          dequantize_sum_int8(packed.data(), stride, scales_offset, chunks, count, block, divisor,
+                              out.data(), t);
+          for (std::size_t i = 0; i < count; ++i) {
+            float acc = 0.0f;
+            for (int k = 0; k < chunks; ++k) {
+              const char* c = packed.data() + k * stride;
+              const float v = static_cast<float>(reinterpret_cast<const std::int8_t*>(c)[i]) *
+                              reinterpret_cast<const float*>(c + scales_offset)[i / block];
+              acc = k == 0 ? v : acc + v;
+            }
+            acc = acc / divisor;
+            std::uint32_t want = 0, got = 0;
+            convert(&acc, DType::kF32, &want, t, 1);
+            std::memcpy(&got, out.data() + i * dtype_size(t), dtype_size(t));
+            ASSERT_EQ(got, want) << to_string(t) << " chunks " << chunks << " count " << count
+                                 << " element " << i << " divisor " << divisor;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Quantize, EveryPathGivesTheSameBits) {
   std::mt19937 rng(23);
   std::normal_distribution<float> n(0.0f, 3.0f);

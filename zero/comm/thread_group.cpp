@@ -88,11 +88,11 @@ void check_same_collective(const Group& g, const std::string& what) {
   const CollectiveArgs& a = g.posted[0];
   for (int q = 1; q < g.n; ++q) {
     const CollectiveArgs& b = g.posted[q];
-    const bool same = a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
-                      (a.kind == Collective::kAllGather || a.kind == Collective::kBroadcast ||
-                       a.kind == Collective::kBarrier || a.kind == Collective::kAllToAll ||
-                       a.op == b.op) &&
-                      (a.kind != Collective::kBroadcast || a.root == b.root);
+    const bool same =
+        a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
+        (a.kind == Collective::kAllGather || a.kind == Collective::kBroadcast ||
+         a.kind == Collective::kBarrier || a.kind == Collective::kAllToAll || a.op == b.op) &&
+        (a.kind != Collective::kBroadcast || a.root == b.root);
     ZERO_CHECK(same, kInvalidArgument, what, ": ranks disagree on the collective: rank ",
                g.world_ranks[0], " issued ", to_string(a.kind), "(", a.count, " x ",
                to_string(a.dtype), ", ", to_string(a.op), ", root ", a.root, "), rank ",

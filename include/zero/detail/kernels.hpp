@@ -65,9 +65,8 @@ void accumulate(void* dst, DType dst_dtype, const void* src, DType src_dtype, st
 void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
                    float* scales, unsigned long long* first_non_finite, void* stream);
 // The same from x of any dtype (16-bit values read as f32 exactly).
-void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block,
-                   std::int8_t* q, float* scales, unsigned long long* first_non_finite,
-                   void* stream);
+void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block, std::int8_t* q,
+                   float* scales, unsigned long long* first_non_finite, void* stream);
 // zero::dequantize_sum_int8 (zero/quantize.hpp), the same bits: dst = the f32 sum of n chunks
 // read back, divided by divisor, rounded once to dtype. Returns when enqueued.
 void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
