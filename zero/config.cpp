@@ -249,6 +249,9 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   if (z.hybrid_shard_size > 0 && z.stage == 0) {
     r.fail_msg("hybrid_shard_size", "needs stage 1-3 (stage 0 shards nothing)");
   }
+  r.get("zero_quantized_weights", z.zero_quantized_weights);
+  r.get("zero_quantized_gradients", z.zero_quantized_gradients);
+  r.get_int("quantization_block_size", z.quantization_block_size, 1, 1 << 24);
   read_offload(r.sub("offload_optimizer"), z.offload_optimizer, true);
   read_offload(r.sub("offload_param"), z.offload_param, false);
   const char* stage3_keys[] = {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
@@ -263,6 +266,12 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   r.get("stage3_gather_fp16_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
   if (!policy.shard_params) {
     // DeepSpeed ignores stage-3 tuning keys below stage 3; say so rather than fail.
+    for (const char* k : {"zero_quantized_weights", "zero_quantized_gradients"}) {
+      if (r.has(k)) {
+        ZERO_LOG(kWarn, "config key '", r.key_path(k),
+                 "' quantizes stage 3's collectives; it has no effect at stage ", z.stage);
+      }
+    }
     for (const char* k : stage3_keys) {
       if (r.has(k))
         ZERO_LOG(kWarn, "config key '", r.key_path(k), "' applies only with stage 3 (stage is ",
@@ -274,6 +283,13 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
                                              "\") requires zero_optimization.stage = 3, stage is " +
                                              std::to_string(z.stage));
     }
+  }
+  if (policy.shard_params && z.zero_quantized_weights &&
+      z.offload_param.device == OffloadDevice::kNvme) {
+    r.fail_msg("zero_quantized_weights",
+               "the quantized parameter all-gather does not run with offload_param.device = "
+               "\"nvme\" yet (its prefetch launches the all-gather from the read buffer); use "
+               "\"cpu\" or turn one of them off");
   }
   if (!policy.shard_optimizer && z.offload_optimizer.enabled()) {
     r.fail_msg("offload_optimizer.device",

@@ -39,6 +39,9 @@ std::string Config::to_json() const {
       {"round_robin_gradients", z.round_robin_gradients},
       {"sub_group_size", z.sub_group_size},
       {"hybrid_shard_size", z.hybrid_shard_size},
+      {"zero_quantized_weights", z.zero_quantized_weights},
+      {"zero_quantized_gradients", z.zero_quantized_gradients},
+      {"quantization_block_size", z.quantization_block_size},
       {"offload_optimizer", off(z.offload_optimizer, true)},
       {"offload_param", off(z.offload_param, false)},
       {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save}};

@@ -125,7 +125,8 @@ struct Engine::Impl final : offload::ShardAccess {
                                        : "NCCL needs EngineOptions::device = Device::cuda(k)",
                ")");
     input = detail::placement_input(cfg, {}, comm.size(), comm.rank(), opts.alignment, own,
-                                    dev->host_accessible());
+                                    dev->host_accessible(),
+                                    replica_group != nullptr ? replica_group->size() : 1);
     // Last: a constructor that throws runs no destructor to take the tracer back.
     if (tracer != nullptr) {
       comm.set_tracer(tracer);

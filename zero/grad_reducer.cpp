@@ -8,6 +8,7 @@
 #include "zero/error.hpp"
 #include "zero/grad_accumulate.hpp"
 #include "zero/log.hpp"
+#include "zero/quantized_comm.hpp"
 
 namespace zero::detail {
 
@@ -31,6 +32,7 @@ GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceO
       grad_pool_(dev, tracker, placement.grad_pool),
       reduce_pool_(dev, tracker, placement.reduce_pool),
       bucket_pool_(dev, tracker, placement.bucket_pool),
+      quant_pool_(dev, tracker, placement.quant_reduce_pool),
       units_(placement.num_units()),
       bucket_staging_(placement.reduce_buckets.size()),
       bucket_left_(placement.reduce_buckets.size(), 0) {}
@@ -91,10 +93,7 @@ void GradReducer::grads_ready(UnitId u) {
       grad_pool_.give(std::move(us.grad));
       p.source = Source::kReducePool;
     }
-    char* base = static_cast<char*>(p.buffer.data());
-    comm_.tag_next(u);
-    p.handle = comm_.reduce_scatter_async(base, at(base, placement_.own_begin(u), r_), ul.shard, r_,
-                                          ReduceOp::kAvg);
+    start_reduce(p, static_cast<char*>(p.buffer.data()), ul.shard, u);
     pending_.push_back(std::move(p));
   } else {
     // Shard q of the unit goes to rank q's part of the bucket, at the unit's offset in it.
@@ -127,13 +126,22 @@ void GradReducer::launch_bucket(int b) {
   p.bucket = b;
   p.buffer = std::move(bucket_staging_[static_cast<std::size_t>(b)]);
   p.source = Source::kBucketPool;
-  char* base = static_cast<char*>(p.buffer.data());
-  comm_.tag_next(bucket.first);
-  p.handle = comm_.reduce_scatter_async(
-      base, at(base, static_cast<std::size_t>(placement_.in.rank) * bucket.shard, r_), bucket.shard,
-      r_, ReduceOp::kAvg);
+  start_reduce(p, static_cast<char*>(p.buffer.data()), bucket.shard, bucket.first);
   pending_.push_back(std::move(p));
   ++merged_in_flight_;
+}
+
+void GradReducer::start_reduce(Pending& p, char* base, std::size_t count, UnitId tag) {
+  comm_.tag_next(tag);
+  if (placement_.in.quantized_gradients) {
+    p.quant = quant_pool_.take();
+    p.handle = start_quantized_reduce_scatter(comm_, dev_, base, count, r_,
+                                              placement_.in.quant_block, p.quant.data());
+    return;
+  }
+  const auto rank = static_cast<std::size_t>(placement_.in.rank);
+  p.handle =
+      comm_.reduce_scatter_async(base, at(base, rank * count, r_), count, r_, ReduceOp::kAvg);
 }
 
 void GradReducer::take_trainer_grads() {
@@ -177,10 +185,21 @@ void GradReducer::finish_front() {
     const std::size_t count = bucket.merged() ? bucket.shard : placement_.lay(u).shard;
     char* reduced = bucket.merged() ? at(p.buffer.data(), rank * bucket.shard, r_)
                                     : at(p.buffer.data(), placement_.own_begin(u), r_);
+    const std::size_t block = placement_.in.quant_block;
+    if (!p.quant.empty()) {  // qgZ: the received chunks read back and summed in f32
+      finish_quantized_reduce_scatter(comm_, dev_, p.quant.data(), reduced, count, r_, block,
+                                      ReduceOp::kAvg);
+    }
     if (replicas_ != nullptr) {  // hybrid: the group's mean, averaged across the groups
       replicas_->tag_next(u);
-      replicas_->all_reduce(reduced, reduced, count, r_, ReduceOp::kAvg);
+      if (!p.quant.empty()) {
+        quantized_all_reduce(*replicas_, dev_, reduced, count, r_, block, ReduceOp::kAvg,
+                             p.quant.data());
+      } else {
+        replicas_->all_reduce(reduced, reduced, count, r_, ReduceOp::kAvg);
+      }
     }
+    if (!p.quant.empty()) quant_pool_.give(std::move(p.quant));
     char* dst = unit_acc(u);
     const bool first = micro_ == 0;
     if (!on_host()) {
@@ -338,6 +357,8 @@ GradReducer::Pools GradReducer::predicted_pools(const Placement& p, int grads_he
     }
   }
   if (p.in.policy.shard_optimizer && merged > 0) out.buckets = std::min(cap, merged);
+  // qgZ: one staging buffer per reduction in flight, merged or not.
+  if (p.in.quantized_gradients) out.quant = std::min(cap, p.reduce_buckets.size());
   return out;
 }
 

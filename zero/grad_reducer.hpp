@@ -86,7 +86,8 @@ class GradReducer {
 
   std::size_t in_flight_grad_bytes() const { return grad_pool_.allocated_bytes(); }
   std::size_t staging_bytes() const {
-    return reduce_pool_.allocated_bytes() + bucket_pool_.allocated_bytes();
+    return reduce_pool_.allocated_bytes() + bucket_pool_.allocated_bytes() +
+           quant_pool_.allocated_bytes();
   }
 
   // The pool buffers a micro-step takes (planner): `grads_held` unit gradients the trainer holds
@@ -94,7 +95,7 @@ class GradReducer {
   // bucket is one unit, every bucket is merged, or the merged buckets come first; otherwise an
   // upper bound.
   struct Pools {
-    std::size_t grads = 0, reduce = 0, buckets = 0;
+    std::size_t grads = 0, reduce = 0, buckets = 0, quant = 0;
   };
   static Pools predicted_pools(const Placement& placement, int grads_held);
 
@@ -108,6 +109,7 @@ class GradReducer {
     int bucket = 0;
     CommHandle handle;
     Buffer buffer;  // what the collective reduces (empty: in place on the accumulation)
+    Buffer quant;   // qgZ: the packed int8 chunks sent and received
     Source source = Source::kNone;
     bool boundary = false;  // stage 1's reduction at the boundary
   };
@@ -115,6 +117,9 @@ class GradReducer {
   char* acc_base() const;
   char* unit_acc(UnitId u) const;  // the unit's region in the accumulation buffer
   void launch_bucket(int b);
+  // Starts the reduce-scatter (qgZ: quantized) of `base`, N parts of `count`, into this rank's
+  // part, for p; tagged with unit `tag`.
+  void start_reduce(Pending& p, char* base, std::size_t count, UnitId tag);
   void finish_front();
   void finish_all();
   void give(Source s, Buffer b);
@@ -131,7 +136,7 @@ class GradReducer {
   Buffer acc_;
   Buffer grad_landing_;
   Buffer stats_scratch_;
-  BufferPool grad_pool_, reduce_pool_, bucket_pool_;
+  BufferPool grad_pool_, reduce_pool_, bucket_pool_, quant_pool_;
   std::vector<UnitState> units_;
   std::vector<Buffer> bucket_staging_;    // per bucket: the merged bucket being packed
   std::vector<std::size_t> bucket_left_;  // per bucket: members not yet ready this micro-step

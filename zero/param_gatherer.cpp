@@ -8,6 +8,7 @@
 #include "offload/aio.hpp"
 #include "zero/error.hpp"
 #include "zero/log.hpp"
+#include "zero/quantized_comm.hpp"
 
 namespace zero::detail {
 
@@ -39,6 +40,7 @@ ParamGatherer::ParamGatherer(const Placement& placement, const Config& config, C
       params_shard_(allocate(placement.params_shard, dev, tracker, {.zero = true})),
       gather_pool_(dev, tracker, placement.gather_pool),
       bucket_pool_(dev, tracker, placement.gather_bucket_pool),
+      quant_pool_(dev, tracker, placement.quant_gather_pool),
       units_(placement.num_units()),
       prefetch_(placement.in.prefetch_bucket, placement.in.max_live) {
   if (!placement.nvme_params) return;
@@ -127,12 +129,36 @@ void ParamGatherer::start_gather(UnitId u, bool async) {
   } else {
     send = at(params_shard_.data(), up.params_offset, w_);
   }
+  issue_gather(u, send, async);
+}
+
+void ParamGatherer::issue_gather(UnitId u, const void* send, bool async) {
+  UnitState& us = units_[static_cast<std::size_t>(u)];
+  const std::size_t shard = placement_.lay(u).shard;
   comm_.tag_next(u);
-  if (async) {
-    us.prefetch = comm_.all_gather_async(send, us.gathered.data(), ul.shard, w_);
+  if (placement_.in.quantized_weights) {
+    us.quant = quant_pool_.take();
+    CommHandle h = start_quantized_all_gather(comm_, dev_, send, shard, w_,
+                                              placement_.in.quant_block, us.quant.data());
+    if (async) {
+      us.prefetch = std::move(h);
+    } else {
+      h.wait();
+      finish_gather(u);
+    }
+  } else if (async) {
+    us.prefetch = comm_.all_gather_async(send, us.gathered.data(), shard, w_);
   } else {
-    comm_.all_gather(send, us.gathered.data(), ul.shard, w_);
+    comm_.all_gather(send, us.gathered.data(), shard, w_);
   }
+}
+
+void ParamGatherer::finish_gather(UnitId u) {
+  UnitState& us = units_[static_cast<std::size_t>(u)];
+  if (us.quant.empty()) return;
+  finish_quantized_all_gather(comm_, dev_, us.quant.data(), us.gathered.data(),
+                              placement_.lay(u).shard, w_, placement_.in.quant_block);
+  quant_pool_.give(std::move(us.quant));
 }
 
 void ParamGatherer::prefetch_after(UnitId u) {
@@ -163,8 +189,7 @@ void ParamGatherer::launch_deferred() {
     char* own = at(us.gathered.data(), placement_.own_begin(u), w_);
     dev_.copy(own, read_target(u), ul.shard * dtype_size(w_));
     observer_.count(&IoCounters::host_to_device, ul.shard * dtype_size(w_));
-    comm_.tag_next(u);
-    us.prefetch = comm_.all_gather_async(own, us.gathered.data(), ul.shard, w_);
+    issue_gather(u, own, /*async=*/true);
   }
 }
 
@@ -175,6 +200,7 @@ void ParamGatherer::drop_gathered(UnitId u) {
     deferred_.erase(std::find(deferred_.begin(), deferred_.end(), u));
   }
   if (us.prefetch.valid()) us.prefetch.wait();
+  if (!us.quant.empty()) quant_pool_.give(std::move(us.quant));  // never read back: dropped
   if (us.gathered.empty()) return;
   const std::size_t padded = placement_.lay(u).padded;
   if (poison_) dev_.fill(us.gathered.data(), kPoisonByte, padded * dtype_size(w_));
@@ -190,6 +216,7 @@ void ParamGatherer::acquire(UnitId u) {
       start_gather(u, /*async=*/false);
     } else if (us.prefetch.valid()) {
       us.prefetch.wait();
+      finish_gather(u);
     }
   }
   ++us.holders;
@@ -279,25 +306,38 @@ void ParamGatherer::gather_updated() {
 
 // ---- the planner's replays
 
-std::size_t ParamGatherer::predicted_gather_buffers(const Placement& p,
-                                                    const std::vector<UnitId>& order) {
-  if (!p.in.policy.shard_params) return 0;
+ParamGatherer::GatherPools ParamGatherer::predicted_gather_pools(const Placement& p,
+                                                                 const std::vector<UnitId>& order) {
+  GatherPools out;
+  if (!p.in.policy.shard_params) return out;
   PrefetchCoordinator coordinator(p.in.prefetch_bucket, p.in.max_live);
-  std::vector<bool> gathered(p.num_units(), false);
-  std::size_t live = 0, in_use = 0, pool = 0;
+  std::vector<bool> gathered(p.num_units(), false), in_flight(p.num_units(), false);
+  std::size_t live = 0, in_use = 0, pool = 0, flying = 0, staging = 0;
   auto sharded = [&](UnitId v) { return !p.unit(v).kept_whole; };
   auto take = [&](UnitId v) {
     gathered[static_cast<std::size_t>(v)] = true;
     live += p.lay(v).padded;
     pool = std::max(pool, ++in_use);
   };
+  auto prefetch = [&](UnitId v) {  // its staging is held until the trainer's gather waits on it
+    take(v);
+    in_flight[static_cast<std::size_t>(v)] = true;
+    staging = std::max(staging, ++flying);
+  };
   for (int micro_step = 0; micro_step < 2; ++micro_step) {
     for (UnitId u : order) {
       coordinator.record(u);
-      if (sharded(u) && !gathered[static_cast<std::size_t>(u)]) take(u);
+      const auto us = static_cast<std::size_t>(u);
+      if (sharded(u) && !gathered[us]) {  // a blocking gather: staging taken and given back
+        take(u);
+        staging = std::max(staging, flying + 1);
+      } else if (in_flight[us]) {
+        in_flight[us] = false;
+        --flying;
+      }
       coordinator.after(
           u, sharded, [&](UnitId v) { return gathered[static_cast<std::size_t>(v)]; },
-          [&](UnitId v) { return p.lay(v).padded; }, [&] { return live; }, take);
+          [&](UnitId v) { return p.lay(v).padded; }, [&] { return live; }, prefetch);
       if (sharded(u)) {  // released after use
         gathered[static_cast<std::size_t>(u)] = false;
         live -= p.lay(u).padded;
@@ -306,10 +346,14 @@ std::size_t ParamGatherer::predicted_gather_buffers(const Placement& p,
     }
     coordinator.end_micro_step();  // step(): unused prefetches are dropped
     std::fill(gathered.begin(), gathered.end(), false);
+    std::fill(in_flight.begin(), in_flight.end(), false);
     live = 0;
     in_use = 0;
+    flying = 0;
   }
-  return pool;
+  out.gathered = pool;
+  out.quant = p.in.quantized_weights ? staging : 0;
+  return out;
 }
 
 std::size_t ParamGatherer::predicted_bucket_buffers(const Placement& p) {

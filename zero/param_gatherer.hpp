@@ -94,25 +94,36 @@ class ParamGatherer {
   void gather_updated();
 
   std::size_t gathered_bytes() const { return gather_pool_.allocated_bytes(); }
-  std::size_t bucket_bytes() const { return bucket_pool_.allocated_bytes(); }
+  std::size_t bucket_bytes() const {
+    return bucket_pool_.allocated_bytes() + quant_pool_.allocated_bytes();
+  }
 
   // The planner's count of gathered buffers the pool ends up with over two micro-steps of
   // `order` (the first records the plan, the second prefetches), each unit released before the
-  // next is gathered; and of post-step all-gather bucket buffers.
-  static std::size_t predicted_gather_buffers(const Placement& placement,
-                                              const std::vector<UnitId>& order);
+  // next is gathered, and of the qwZ staging buffers (one per all-gather in flight); and of
+  // post-step all-gather bucket buffers.
+  struct GatherPools {
+    std::size_t gathered = 0, quant = 0;
+  };
+  static GatherPools predicted_gather_pools(const Placement& placement,
+                                            const std::vector<UnitId>& order);
   static std::size_t predicted_bucket_buffers(const Placement& placement);
 
  private:
   struct UnitState {
-    Buffer gathered;                           // stage 3: the whole unit's parameters
-    CommHandle prefetch;                       // stage 3: all-gather in flight into `gathered`
-    int holders = 0;                           // live guards
+    Buffer gathered;      // stage 3: the whole unit's parameters
+    CommHandle prefetch;  // stage 3: all-gather in flight into `gathered`
+    Buffer quant;     // qwZ: the packed int8 chunks of the all-gather in flight (read back at wait)
+    int holders = 0;  // live guards
     offload::AioQueue::Ticket shard_read = 0;  // offload_param = nvme: prefetch read in flight
   };
 
   char* whole_base() const;
   void start_gather(UnitId u, bool async);
+  // Issues unit u's all-gather from `send` (quantized with qwZ); blocking unless async.
+  void issue_gather(UnitId u, const void* send, bool async);
+  // The all-gather of u has completed: qwZ reads its chunks back into the gathered buffer.
+  void finish_gather(UnitId u);
   void prefetch_after(UnitId u);
   char* read_target(UnitId u);
   void launch_deferred();
@@ -135,7 +146,7 @@ class ParamGatherer {
   // trainer computes; the all-gather is launched at the next gather() (a point every rank reaches
   // in the same order), from `deferred_`, in read order.
   std::deque<UnitId> deferred_;
-  BufferPool gather_pool_, bucket_pool_;
+  BufferPool gather_pool_, bucket_pool_, quant_pool_;
   std::vector<UnitState> units_;
   std::size_t live_ = 0;  // elements in gathered buffers
   PrefetchCoordinator prefetch_;

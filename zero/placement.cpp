@@ -8,6 +8,7 @@
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
 #include "zero/optimizer.hpp"
+#include "zero/quantized_comm.hpp"
 
 namespace zero::detail {
 
@@ -66,7 +67,7 @@ int shard_width(const Config& config, int world_size) {
 
 PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
                                int rank, std::size_t alignment, Ownership ownership,
-                               bool host_accessible) {
+                               bool host_accessible, int replicas) {
   const ZeroOptimizationConfig& z = config.zero_optimization;
   const OptimizerParams op = OptimizerParams::from_config(config.optimizer);
   PlacementInput in;
@@ -92,6 +93,10 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
   in.reduce_bucket = static_cast<std::size_t>(z.reduce_bucket_size);
   in.allgather_bucket = static_cast<std::size_t>(z.allgather_bucket_size);
   in.overlap_comm = z.overlap_comm;
+  in.quantized_weights = in.policy.shard_params && z.zero_quantized_weights;
+  in.quantized_gradients = in.policy.shard_params && z.zero_quantized_gradients;
+  in.quant_block = static_cast<std::size_t>(z.quantization_block_size);
+  in.replicas = replicas;
   // The updated shards reach the parameter file through the offloaded optimizer's chunk loop.
   ZERO_CHECK(
       in.param_offload != OffloadDevice::kNvme || in.optimizer_offload != OffloadDevice::kNone,
@@ -246,6 +251,26 @@ Placement make_placement(PlacementInput in) {
   p.bucket_pool = {MemCategory::kCommBuffers, max_reduce_bucket * rs};
   p.gather_pool = {MemCategory::kParams16, lay.max_padded * ws + p.gather_extra};
   p.gather_bucket_pool = {MemCategory::kCommBuffers, max_gather_bucket * ws};
+  if (i.quantized_weights) {
+    std::size_t max_shard = 0;
+    for (std::size_t u = 0; u < nu; ++u) {
+      if (!p.units[u].kept_whole) max_shard = std::max(max_shard, lay.units[u].shard);
+    }
+    if (max_shard > 0) {
+      p.quant_gather_pool = {
+          MemCategory::kCommBuffers,
+          quantized_all_gather_staging_bytes(i.world_size, max_shard, i.quant_block)};
+    }
+  }
+  if (i.quantized_gradients) {
+    std::size_t bytes =
+        quantized_reduce_scatter_staging_bytes(i.world_size, max_reduce_shard, i.quant_block);
+    if (i.replicas > 1) {
+      bytes = std::max(
+          bytes, quantized_all_reduce_staging_bytes(i.replicas, max_reduce_shard, i.quant_block));
+    }
+    p.quant_reduce_pool = {MemCategory::kCommBuffers, bytes};
+  }
 
   // ---- a discrete device: what the host needs from its memory lands in pinned memory first
   if (!i.host_accessible) {

@@ -110,6 +110,12 @@ struct PlacementInput {
   std::size_t reduce_bucket = 0;     // elements; 0: a bucket per unit
   std::size_t allgather_bucket = 0;  // elements; 0: a bucket per unit
   bool overlap_comm = false;
+  // ZeRO++ (stage 3): the quantized parameter all-gather / gradient reduce-scatter, in blocks of
+  // quant_block elements; replicas: hybrid sharding's replica count (1: none).
+  bool quantized_weights = false;
+  bool quantized_gradients = false;
+  std::size_t quant_block = 256;
+  int replicas = 1;
 };
 
 // The placement input of `config` (every choice parsed once here). Throws kConfig for a
@@ -118,9 +124,11 @@ struct PlacementInput {
 // when set (hybrid sharding), else all of them. The engine's groups and the planner both ask here.
 int shard_width(const Config& config, int world_size);
 
+// world_size: the ranks the engine shards over (its group); replicas: how many such groups hold
+// the same shards (hybrid sharding; 1: none).
 PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
                                int rank, std::size_t alignment, Ownership ownership,
-                               bool host_accessible);
+                               bool host_accessible, int replicas = 1);
 
 struct Placement {
   PlacementInput in;
@@ -163,6 +171,10 @@ struct Placement {
   PoolShape bucket_pool;         // R, N x the largest merged bucket: a merged reduce in flight
   PoolShape gather_pool;         // W, a whole unit (+ gather_extra): gathered stage-3 units
   PoolShape gather_bucket_pool;  // W, N x the largest merged post-step all-gather bucket
+  // ZeRO++: the packed int8 chunks of a quantized all-gather (N chunks of the largest sharded
+  // unit's shard) and of a quantized reduce-scatter (2 N chunks of the largest reduced part; or
+  // the replicas' all-reduce, whichever is larger) in flight.
+  PoolShape quant_gather_pool, quant_reduce_pool;
   std::size_t gather_extra = 0;  // bytes past a gathered unit: the NVMe prefetch's read target
   std::vector<Bucket> reduce_buckets, gather_buckets;
   // Collectives the reducer leaves running when grads_ready returns (overlap_comm: several).

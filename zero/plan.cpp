@@ -57,7 +57,8 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   // on the machines the harness runs on.
   const detail::Placement p = detail::make_placement(detail::placement_input(
       in.config, in.units, detail::shard_width(in.config, in.ranks),
-      /*rank=*/0, in.alignment, detail::Ownership::kManaged, /*host_accessible=*/true));
+      /*rank=*/0, in.alignment, detail::Ownership::kManaged, /*host_accessible=*/true,
+      in.ranks / detail::shard_width(in.config, in.ranks)));
   PlanResult out;
   for (std::size_t u = 0; u < p.num_units(); ++u) {
     const detail::UnitLayout& ul = p.layout.units[u];
@@ -94,18 +95,21 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   // The pools, as many buffers as the rooms that own them end up taking.
   const detail::GradReducer::Pools pools = detail::GradReducer::predicted_pools(p, in.grads_held);
   out.in_flight_grad_bytes = pools.grads * p.grad_pool.buffer_bytes;
-  out.staging_bytes =
-      pools.reduce * p.reduce_pool.buffer_bytes + pools.buckets * p.bucket_pool.buffer_bytes +
-      detail::ParamGatherer::predicted_bucket_buffers(p) * p.gather_bucket_pool.buffer_bytes;
-  add(p.grad_pool.category, detail::Tier::kDevice, out.in_flight_grad_bytes);
-  add(MemCategory::kCommBuffers, detail::Tier::kDevice, out.staging_bytes);
   std::vector<UnitId> order = in.gather_order;
   if (order.empty()) {  // forward, then backward
     for (std::size_t u = 0; u < p.num_units(); ++u) order.push_back(static_cast<UnitId>(u));
     for (std::size_t u = p.num_units(); u-- > 0;) order.push_back(static_cast<UnitId>(u));
   }
-  out.gathered_param_bytes =
-      detail::ParamGatherer::predicted_gather_buffers(p, order) * p.gather_pool.buffer_bytes;
+  const detail::ParamGatherer::GatherPools gathers =
+      detail::ParamGatherer::predicted_gather_pools(p, order);
+  out.staging_bytes =
+      pools.reduce * p.reduce_pool.buffer_bytes + pools.buckets * p.bucket_pool.buffer_bytes +
+      pools.quant * p.quant_reduce_pool.buffer_bytes +
+      detail::ParamGatherer::predicted_bucket_buffers(p) * p.gather_bucket_pool.buffer_bytes +
+      gathers.quant * p.quant_gather_pool.buffer_bytes;
+  add(p.grad_pool.category, detail::Tier::kDevice, out.in_flight_grad_bytes);
+  add(MemCategory::kCommBuffers, detail::Tier::kDevice, out.staging_bytes);
+  out.gathered_param_bytes = gathers.gathered * p.gather_pool.buffer_bytes;
   add(p.gather_pool.category, detail::Tier::kDevice, out.gathered_param_bytes);
   return out;
 }

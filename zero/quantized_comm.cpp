@@ -42,10 +42,9 @@ std::size_t QuantizedChunk::bytes() const {
 
 // ---- all-gather
 
-std::size_t quantized_all_gather_staging_bytes(const Communicator& comm, std::size_t count,
-                                               std::size_t block) {
+std::size_t quantized_all_gather_staging_bytes(int ranks, std::size_t count, std::size_t block) {
   check_block("quantized all_gather", block);
-  return static_cast<std::size_t>(comm.size()) * QuantizedChunk{count, block}.bytes();
+  return static_cast<std::size_t>(ranks) * QuantizedChunk{count, block}.bytes();
 }
 
 CommHandle start_quantized_all_gather(Communicator& comm, DeviceOps& dev, const void* send,
@@ -77,10 +76,10 @@ void quantized_all_gather(Communicator& comm, DeviceOps& dev, const void* send, 
 
 // ---- reduce-scatter
 
-std::size_t quantized_reduce_scatter_staging_bytes(const Communicator& comm, std::size_t recv_count,
+std::size_t quantized_reduce_scatter_staging_bytes(int ranks, std::size_t recv_count,
                                                    std::size_t block) {
   check_block("quantized reduce_scatter", block);
-  return 2 * static_cast<std::size_t>(comm.size()) * QuantizedChunk{recv_count, block}.bytes();
+  return 2 * static_cast<std::size_t>(ranks) * QuantizedChunk{recv_count, block}.bytes();
 }
 
 CommHandle start_quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, const void* send,
@@ -117,9 +116,8 @@ void quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, const void* se
 
 // ---- all-reduce
 
-std::size_t quantized_all_reduce_staging_bytes(const Communicator& comm, std::size_t count,
-                                               std::size_t block) {
-  return quantized_all_gather_staging_bytes(comm, count, block);
+std::size_t quantized_all_reduce_staging_bytes(int ranks, std::size_t count, std::size_t block) {
+  return quantized_all_gather_staging_bytes(ranks, count, block);
 }
 
 void quantized_all_reduce(Communicator& comm, DeviceOps& dev, void* buf, std::size_t count,

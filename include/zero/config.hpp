@@ -83,6 +83,15 @@ struct ZeroOptimizationConfig {
   // shard is all-reduced across groups; parameters are all-gathered inside the group. 0: shard
   // over all ranks. Stages 1-3, managed engine; must divide the world size.
   std::int64_t hybrid_shard_size = 0;
+  // ZeRO++ (stage 3; DeepSpeed's keys and meaning): qwZ, the parameter all-gather carries
+  // block-wise int8 values (zero/quantized_comm.hpp); qgZ, the gradient reduce-scatter is an
+  // all-to-all of int8 chunks reduced in f32 after reading them back (with hybrid sharding the
+  // replicas' all-reduce is quantized too). DeepSpeed quantizes qgZ's intra-node hop to int4;
+  // here both are int8. Below stage 3 they have no effect (logged), as in DeepSpeed.
+  bool zero_quantized_weights = false;
+  bool zero_quantized_gradients = false;
+  // zero extension: elements per quantization block (one f32 scale each).
+  std::int64_t quantization_block_size = 256;
   OffloadConfig offload_optimizer{};
   OffloadConfig offload_param = param_offload_defaults();
   // Valid only with stage 3.

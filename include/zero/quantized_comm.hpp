@@ -17,7 +17,7 @@
 // ranks' waits then fail (kRemoteFailure / kTimeout) as for any collective a rank left.
 //
 // Buffers are the DeviceOps' memory (host memory on the CPU device, device memory with NCCL);
-// `staging` is caller-owned memory of the *_staging_bytes() size, untouched by the caller while
+// `staging` is caller-owned memory of the *_staging_bytes(size(), ...) size, untouched while
 // the collective is in flight. The start / finish pairs let a caller overlap the transfer with
 // compute: start, wait on the handle, finish.
 //
@@ -46,8 +46,8 @@ struct QuantizedChunk {
 
 // ---- qwZ: all-gather
 
-std::size_t quantized_all_gather_staging_bytes(const Communicator& comm, std::size_t count,
-                                               std::size_t block);
+// Staging sizes take the group's rank count (the engine's placement sizes its pools with them).
+std::size_t quantized_all_gather_staging_bytes(int ranks, std::size_t count, std::size_t block);
 // Quantizes `send` (this rank's `count` elements of `dtype`) into this rank's chunk of `staging`
 // and starts the all-gather of the chunks. `send` may lie inside the later `recv`.
 CommHandle start_quantized_all_gather(Communicator& comm, DeviceOps& dev, const void* send,
@@ -62,7 +62,7 @@ void quantized_all_gather(Communicator& comm, DeviceOps& dev, const void* send, 
 
 // ---- qgZ: reduce-scatter
 
-std::size_t quantized_reduce_scatter_staging_bytes(const Communicator& comm, std::size_t recv_count,
+std::size_t quantized_reduce_scatter_staging_bytes(int ranks, std::size_t recv_count,
                                                    std::size_t block);
 // Quantizes each of the size() chunks of `send` (size() x recv_count elements of `dtype`)
 // into `staging` and starts the all-to-all that brings every rank's chunk r to rank r.
@@ -81,8 +81,7 @@ void quantized_reduce_scatter(Communicator& comm, DeviceOps& dev, const void* se
 
 // ---- all-reduce (hybrid sharding's replicas)
 
-std::size_t quantized_all_reduce_staging_bytes(const Communicator& comm, std::size_t count,
-                                               std::size_t block);
+std::size_t quantized_all_reduce_staging_bytes(int ranks, std::size_t count, std::size_t block);
 // In place on `buf` (count elements of `dtype`): an all-gather of quantized chunks, then every
 // rank sums all of them read back, in rank order (its own too: the replicas stay identical).
 // Bytes sent per rank: (size() - 1) x the chunk, against 2 (size() - 1) / size() x the

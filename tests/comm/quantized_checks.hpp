@@ -79,7 +79,7 @@ inline std::string check_quantized_all_gather(Communicator& c, DeviceOps& dev, s
   GuardedBuffer send(count, t), recv(count * n, t);
   for (std::size_t i = 0; i < count; ++i)
     store(send.data(), i, t, pattern_value(p, seed, r, i, 0, block, t));
-  std::vector<char> staging(quantized_all_gather_staging_bytes(c, count, block), '\x5a');
+  std::vector<char> staging(quantized_all_gather_staging_bytes(c.size(), count, block), '\x5a');
   quantized_all_gather(c, dev, send.data(), recv.data(), count, t, block, staging.data());
   if (!recv.guards_intact() || !send.guards_intact()) return "write outside the buffers";
   for (int q = 0; q < n; ++q) {
@@ -110,7 +110,7 @@ inline std::string check_quantized_reduce_scatter(Communicator& c, DeviceOps& de
   for (std::size_t i = 0; i < total; ++i) {
     store(send.data(), i, t, pattern_value(p, seed, r, i, i / count * count, block, t));
   }
-  std::vector<char> staging(quantized_reduce_scatter_staging_bytes(c, count, block), '\x5a');
+  std::vector<char> staging(quantized_reduce_scatter_staging_bytes(c.size(), count, block), '\x5a');
   quantized_reduce_scatter(c, dev, send.data(), recv.data(), count, t, block, op, staging.data());
   if (!recv.guards_intact() || !send.guards_intact()) return "write outside the buffers";
   const double div = op == ReduceOp::kAvg ? n : 1;
@@ -144,7 +144,7 @@ inline std::string check_quantized_all_reduce(Communicator& c, DeviceOps& dev, s
   for (std::size_t i = 0; i < count; ++i) {
     store(buf.data(), i, t, pattern_value(Pattern::kRandom, seed, c.rank(), i, 0, block, t));
   }
-  std::vector<char> staging(quantized_all_reduce_staging_bytes(c, count, block));
+  std::vector<char> staging(quantized_all_reduce_staging_bytes(c.size(), count, block));
   quantized_all_reduce(c, dev, buf.data(), count, t, block, ReduceOp::kAvg, staging.data());
   if (!buf.guards_intact()) return "write outside the buffer";
   for (std::size_t i = 0; i < count; ++i) {

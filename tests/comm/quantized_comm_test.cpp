@@ -34,7 +34,7 @@ TEST(QuantizedComm, TheWireCarriesOneBytePerElementPlusScales) {
     const QuantizedChunk chunk{count, block};
     EXPECT_EQ(chunk.bytes(), 4096u + 16 * 4);
     std::vector<float> full(4 * count, 0.5f), part(count);
-    std::vector<char> staging(quantized_reduce_scatter_staging_bytes(c, count, block));
+    std::vector<char> staging(quantized_reduce_scatter_staging_bytes(c.size(), count, block));
     c.reset_stats();
     quantized_reduce_scatter(c, dev, full.data(), part.data(), count, DType::kF32, block,
                              ReduceOp::kAvg, staging.data());
@@ -59,7 +59,7 @@ TEST(QuantizedComm, NonFiniteInputIsRefusedNamingTheElementAndNoRankHangs) {
             const std::size_t count = 600;
             std::vector<float> send(3 * count, 1.0f), recv(3 * count);
             if (c.rank() == 1) send[517] = -std::numeric_limits<float>::infinity();
-            std::vector<char> staging(quantized_reduce_scatter_staging_bytes(c, count, 256));
+            std::vector<char> staging(quantized_reduce_scatter_staging_bytes(c.size(), count, 256));
             if (gather) {
               quantized_all_gather(c, dev, send.data(), recv.data(), count, DType::kF32, 256,
                                    staging.data());
@@ -90,7 +90,7 @@ TEST(QuantizedComm, BadArgumentsAreRefused) {
                                    ReduceOp::kMax, staging.data());
         },
         ErrorCode::kInvalidArgument, "reduce op max is not supported");
-    testing::expect_error([&] { (void)quantized_all_gather_staging_bytes(c, 16, 0); },
+    testing::expect_error([&] { (void)quantized_all_gather_staging_bytes(c.size(), 16, 0); },
                           ErrorCode::kInvalidArgument, "quantization block must be >= 1");
   });
 }

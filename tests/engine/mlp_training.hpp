@@ -52,6 +52,10 @@ struct RunSpec {
   bool discrete = false;
   // zero_optimization.hybrid_shard_size (0: shard over all ranks).
   long hybrid = 0;
+  // ZeRO++: zero_quantized_weights / zero_quantized_gradients, quantization_block_size.
+  bool qwz = false;
+  bool qgz = false;
+  long quant_block = 256;
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -63,6 +67,10 @@ inline Config make_config(const RunSpec& s) {
       (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
                     : std::string()) +
       (s.hybrid > 0 ? R"(, "hybrid_shard_size": )" + std::to_string(s.hybrid) : std::string()) +
+      (s.qwz || s.qgz ? R"(, "zero_quantized_weights": )" + std::string(s.qwz ? "true" : "false") +
+                            R"(, "zero_quantized_gradients": )" + (s.qgz ? "true" : "false") +
+                            R"(, "quantization_block_size": )" + std::to_string(s.quant_block)
+                      : std::string()) +
       (s.offload_buffers > 0
            ? R"(, "offload_optimizer": {"device": ")" + s.offload_device + R"(", "nvme_path": ")" +
                  s.nvme_path + R"(", "pipeline_read": )" + (s.pipeline ? "true" : "false") +

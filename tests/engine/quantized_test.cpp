@@ -1,0 +1,176 @@
+// ZeRO++'s quantized collectives in the engine (zero_optimization.zero_quantized_weights: qwZ,
+// the stage-3 parameter all-gather in block-wise int8; zero_quantized_gradients: qgZ, the
+// gradient reduce-scatter as an all-to-all of int8 chunks reduced in f32): training follows the
+// unquantized run within what int8 blocks imply, but not bit for bit (the quantization runs);
+// the bytes each collective moves are the packed chunks' (the formula per unit); the staging
+// pools are what the planner predicts, alone and with hybrid sharding (whose replica all-reduce
+// qgZ quantizes too); every rank ends with the same parameters; the keys mean nothing below
+// stage 3 (as in DeepSpeed) and are refused where they cannot run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/compare.hpp"
+#include "engine/mlp_training.hpp"
+#include "expect_error.hpp"
+#include "zero/comm.hpp"
+#include "zero/engine.hpp"
+#include "zero/quantized_comm.hpp"
+
+namespace zero::testing {
+namespace {
+
+std::vector<RunResult> train_all(const RunSpec& s) {
+  std::vector<RunResult> all(static_cast<std::size_t>(s.ranks));
+  std::mutex mu;
+  ThreadGroup::run(s.ranks, [&](Communicator& comm) {
+    RunResult mine = train_rank(comm, s);
+    std::lock_guard<std::mutex> lock(mu);
+    all[static_cast<std::size_t>(comm.rank())] = std::move(mine);
+  });
+  return all;
+}
+
+double largest_magnitude(const Tensors& t) {
+  double m = 0;
+  for (const auto& v : t) {
+    for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  }
+  return m;
+}
+
+TEST(Quantized, TrainsCloseToUnquantizedButNotBitForBit) {
+  struct Case {
+    bool qwz, qgz;
+    long hybrid;
+    int ranks;
+    DType dtype;
+    int accumulation;
+  };
+  for (const Case c :
+       {Case{true, false, 0, 4, DType::kF32, 1}, Case{false, true, 0, 4, DType::kF32, 1},
+        Case{true, true, 0, 4, DType::kF32, 2}, Case{true, true, 0, 3, DType::kBF16, 1},
+        Case{true, true, 2, 4, DType::kF32, 1}, Case{true, true, 2, 6, DType::kBF16, 2}}) {
+    RunSpec plain;
+    plain.stage = 3;
+    plain.ranks = c.ranks;
+    plain.dtype = c.dtype;
+    plain.accumulation = c.accumulation;
+    plain.hybrid = c.hybrid;
+    plain.clip = true;
+    plain.steps = 12;
+    RunSpec quant = plain;
+    quant.qwz = c.qwz;
+    quant.qgz = c.qgz;
+    const std::vector<RunResult> a = train_all(plain), b = train_all(quant);
+    const std::string what = std::string(c.qwz ? "qwZ " : "") + (c.qgz ? "qgZ " : "") +
+                             (c.hybrid > 0 ? "hybrid " + std::to_string(c.hybrid) + " " : "") +
+                             "N " + std::to_string(c.ranks) + " " +
+                             std::string(to_string(c.dtype)) + " accumulation " +
+                             std::to_string(c.accumulation);
+    for (std::size_t r = 0; r < b.size(); ++r) {
+      EXPECT_TRUE(bitwise_equal(b[r].params, b[0].params)) << what << ": rank " << r;
+    }
+    // The quantization ran: the parameters differ from the unquantized run's ...
+    EXPECT_FALSE(bitwise_equal(b[0].params, a[0].params)) << what;
+    // ... by little: 12 Adam steps of lr 1e-3 move a parameter by at most ~1.2e-2 (Adam's
+    // normalised step lets an element with a near-zero gradient move by up to lr per step either
+    // way, whatever perturbs its gradient); int8 blocks perturb the parameters and gradients by up
+    // to m / 254. In bf16 one rounding step of the stored parameter (2^-7 relative) on top.
+    const double ulp = c.dtype == DType::kF32 ? 0.0 : largest_magnitude(a[0].params) * 0x1p-7;
+    const double d = max_abs_diff(b[0].params, a[0].params);
+    EXPECT_LE(d, 5e-3 + ulp) << what;
+    const double la = a[0].losses.back(), lb = b[0].losses.back();
+    EXPECT_LE(std::fabs(lb - la), 0.02 * std::fabs(la))
+        << what << ": final loss " << lb << " vs " << la;
+    std::printf("%s: max |param diff| %.3g, final loss %.6f vs %.6f\n", what.c_str(), d, lb, la);
+  }
+}
+
+TEST(Quantized, CollectivesMoveThePackedChunks) {
+  const int n = 4;
+  ThreadGroup::run(n, [&](Communicator& comm) {
+    RunSpec s;
+    s.stage = 3;
+    s.ranks = n;
+    s.qwz = true;
+    s.qgz = true;
+    s.quant_block = 64;
+    Engine e(comm, make_config(s));
+    Mlp mlp(kDims);
+    mlp.declare(e);
+    mlp.init(e, 1);
+    mlp.micro_step(e, make_batch(mlp.in(), mlp.out(), kRows, 0, 0, comm.rank()));
+    e.step();  // the first step records the gather order; the second prefetches
+    comm.reset_stats();
+    mlp.micro_step(e, make_batch(mlp.in(), mlp.out(), kRows, 1, 0, comm.rank()));
+    e.step();
+    const CommStats st = comm.stats();
+    std::uint64_t gathers = 0, reduces = 0;
+    for (UnitId u = 0; u < e.num_units(); ++u) {
+      const std::uint64_t chunk = QuantizedChunk{e.unit_shard_numel(u), 64}.bytes();
+      gathers += 2 * (n - 1) * chunk;  // forward and backward
+      reduces += (n - 1) * chunk;
+    }
+    EXPECT_EQ(st[Collective::kAllToAll].bytes_sent, reduces);
+    EXPECT_EQ(st[Collective::kReduceScatter].calls, 0u);
+    // The gradient-norm all-gather (4 floats per rank) rides along.
+    EXPECT_EQ(st[Collective::kAllGather].bytes_sent, gathers + (n - 1) * 16u);
+  });
+}
+
+TEST(Quantized, StagingPoolsAreWhatThePlannerPredicts) {
+  for (bool qwz : {false, true}) {
+    for (bool qgz : {false, true}) {
+      for (long hybrid : {0L, 2L}) {
+        for (bool overlap : {false, true}) {
+          RunSpec s;
+          s.stage = 3;
+          s.ranks = 4;
+          s.qwz = qwz;
+          s.qgz = qgz;
+          s.hybrid = hybrid;
+          s.overlap = overlap;
+          s.reduce_bucket = overlap ? 400 : 0;
+          expect_plan_equals_tracker(make_config(s), s.ranks,
+                                     std::string(qwz ? "qwZ " : "") + (qgz ? "qgZ " : "") +
+                                         "hybrid " + std::to_string(hybrid) +
+                                         (overlap ? " overlap" : ""));
+        }
+      }
+    }
+  }
+}
+
+TEST(Quantized, KeysBelowStage3HaveNoEffectAndBadValuesAreRefused) {
+  RunSpec s;
+  s.stage = 2;
+  s.ranks = 2;
+  s.steps = 3;
+  RunSpec q = s;
+  q.qwz = q.qgz = true;
+  EXPECT_TRUE(bitwise_equal(train(q).params, train(s).params));  // DeepSpeed: stage 3 only
+  expect_error(
+      [] {
+        parse_config(
+            R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+                "quantization_block_size": 0}})");
+      },
+      ErrorCode::kConfig, "quantization_block_size");
+  expect_error(
+      [] {
+        parse_config(
+            R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+                "offload_optimizer": {"device": "cpu"},
+                "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}})");
+      },
+      ErrorCode::kConfig, "zero_quantized_weights");
+  expect_error([] { parse_config(R"({"zero_optimization": {"zero_quantized_weights": 1}})"); },
+               ErrorCode::kConfig, "zero_quantized_weights");
+}
+
+}  // namespace
+}  // namespace zero::testing
