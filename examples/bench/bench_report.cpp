@@ -78,7 +78,7 @@ std::string label(const ConfigFigures& c) {
   return "stage " + std::to_string(c.stage) +
          (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint) +
          (c.offload == "none" || c.offload.empty() ? "" : " +off " + c.offload) +
-         (c.hybrid > 0 ? " +hsdp " + std::to_string(c.hybrid) : "");
+         (c.hybrid > 0 ? " +hsdp " + std::to_string(c.hybrid) : "") + (c.quantized ? " +int8" : "");
 }
 
 std::size_t RankFigures::category(MemCategory c) const {
@@ -207,9 +207,10 @@ std::string format_config(const ConfigFigures& c) {
     std::snprintf(
         line, sizeof line,
         "hybrid: sharded over groups of %d, %d groups; across groups %s/step/rank "
-        "(theory 2 (R-1)/R x shard = %s, ratio %s)\n\n",
+        "(theory %s = %s, ratio %s)\n\n",
         c.hybrid, c.ranks / c.hybrid,
         mib(static_cast<double>(r0.cross_group_bytes_per_step)).c_str(),
+        c.quantized ? "(R-1) x the int8 chunk of each shard" : "2 (R-1)/R x shard",
         mib(c.cross_group_theory_bytes).c_str(),
         ratio(static_cast<double>(r0.cross_group_bytes_per_step), c.cross_group_theory_bytes)
             .c_str());
@@ -268,6 +269,7 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     cj["checkpoint"] = c.checkpoint;
     cj["offload"] = c.offload;
     cj["hybrid_shard_size"] = c.hybrid;
+    cj["quantized"] = c.quantized;
     cj["cross_group_theory_bytes_per_step"] = c.cross_group_theory_bytes;
     cj["ranks"] = c.ranks;
     cj["dtype"] = c.dtype;

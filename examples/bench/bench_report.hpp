@@ -50,6 +50,7 @@ struct ConfigFigures {
   std::string checkpoint;        // "none", "sqrt", ...
   std::string offload = "none";  // optimizer offload: none | cpu | nvme
   int hybrid = 0;                // hybrid sharding over groups of this many ranks (0: none)
+  bool quantized = false;        // stage 3 with qwZ + qgZ (int8 collectives)
   int ranks = 1;
   std::string dtype;  // working dtype
   std::string reduce_dtype;

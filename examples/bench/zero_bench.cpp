@@ -38,6 +38,7 @@
 #include "zero/error.hpp"
 #include "zero/memory.hpp"
 #include "zero/plan.hpp"
+#include "zero/quantized_comm.hpp"
 
 namespace {
 
@@ -66,6 +67,10 @@ constexpr const char* kUsage =
   --hybrid G              also run every stage >= 1 (no offload) with hybrid sharding over groups
                           of G ranks (zero_optimization.hybrid_shard_size): per-rank memory, and
                           the bytes sent across groups per step beside their formula
+  --quantized             also run stage 3 with ZeRO++'s int8 collectives (zero_quantized_weights
+                          and zero_quantized_gradients; with --hybrid G, with and without it):
+                          bytes per step beside the packed chunks' formula (for the default
+                          reduce_bucket_size 0: a reduction per unit)
   --no-progress           no progress on stderr (a terminal: a status line with the ETA;
                           otherwise one line as each configuration starts)
   --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
@@ -93,8 +98,9 @@ struct Options {
   std::string data = gpt::kDefaultCorpus;
   std::string json, csv, svg;
   std::string trace, metrics;
-  bool progress = true;  // --no-progress: nothing on stderr about how far the run is
-  int hybrid = 0;        // --hybrid G: also each stage >= 1 sharded over groups of G (HSDP)
+  bool progress = true;    // --no-progress: nothing on stderr about how far the run is
+  int hybrid = 0;          // --hybrid G: also each stage >= 1 sharded over groups of G (HSDP)
+  bool quantized = false;  // --quantized: also stage 3 with qwZ + qgZ
   bool plan = false;
   double params = 0;                     // --plan --params
   int vocab = 0;                         // --plan without a corpus
@@ -148,6 +154,8 @@ Options parse(int argc, char** argv) {
       o.svg = value();
     } else if (a == "--hybrid") {
       o.hybrid = gpt::flag_int(a, value());
+    } else if (a == "--quantized") {
+      o.quantized = true;
     } else if (a == "--trace") {
       o.trace = value();
     } else if (a == "--metrics") {
@@ -184,8 +192,8 @@ Options parse(int argc, char** argv) {
 }
 
 // The configuration of one run: the user's file / --set, then the harness's choices.
-Config make_config(const Options& o, int stage, const std::string& offload = "none",
-                   int hybrid = 0) {
+Config make_config(const Options& o, int stage, const std::string& offload = "none", int hybrid = 0,
+                   bool quantized = false) {
   ConfigBuilder b;
   // The harness's default: stage 3 prefetches one unit ahead (DeepSpeed's 5e7 elements would
   // prefetch the whole of a small model). --config / --set / the environment override it.
@@ -205,6 +213,10 @@ Config make_config(const Options& o, int stage, const std::string& offload = "no
   if (stage == 3) b.set("zero_optimization.stage3_param_persistence_threshold=0", "zero-bench");
   if (hybrid > 0) {
     b.set("zero_optimization.hybrid_shard_size=" + std::to_string(hybrid), "zero-bench");
+  }
+  if (quantized) {
+    b.set("zero_optimization.zero_quantized_weights=true", "zero-bench");
+    b.set("zero_optimization.zero_quantized_gradients=true", "zero-bench");
   }
   if (offload != "none") {
     b.set("zero_optimization.offload_optimizer.device=" + offload, "zero-bench");
@@ -236,9 +248,22 @@ std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& config)
 // buffer): gradients once (all_reduce: twice) in the reduce dtype; parameters gathered in the
 // working dtype in stages 1-2 once, in stage 3 at every gather of the trainer's order (2 per unit
 // — DESIGN.md's 3Ψ — plus one per block that checkpointing recomputes); the 16-byte norm exchange.
+// Stage 3 with qwZ + qgZ: every gather and every unit's reduction moves (N-1) packed int8 chunks
+// of the unit's shard (zero/quantized_comm.hpp's QuantizedChunk: values, scales, 16-byte padding).
 double comm_theory(const PlanInput& pin, const PlanResult& plan, int n, int stage,
                    const Config& cfg) {
   const double f = static_cast<double>(n - 1) / n;
+  const ZeroOptimizationConfig& z = cfg.zero_optimization;
+  if (stage == 3 && z.zero_quantized_weights && z.zero_quantized_gradients) {
+    const auto block = static_cast<std::size_t>(z.quantization_block_size);
+    auto chunk = [&](std::size_t u) {
+      return static_cast<double>(QuantizedChunk{plan.unit_padded[u] / n, block}.bytes());
+    };
+    double bytes = (n - 1) * 16.0;
+    for (std::size_t u = 0; u < plan.unit_padded.size(); ++u) bytes += (n - 1) * chunk(u);
+    for (UnitId u : pin.gather_order) bytes += (n - 1) * chunk(static_cast<std::size_t>(u));
+    return bytes;
+  }
   const DType w = working_dtype(cfg);
   const DType r = reduce_dtype_of(cfg);
   const double rs = static_cast<double>(dtype_size(r)), ws = static_cast<double>(dtype_size(w));
@@ -268,7 +293,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   const int stage = kind.stage;
   const std::string& ckpt = kind.checkpoint;
   const std::string& offload = kind.offload;
-  Config cfg = make_config(o, stage, offload, kind.hybrid);
+  Config cfg = make_config(o, stage, offload, kind.hybrid, kind.quantized);
   cfg.trace.enabled = !trace_path.empty();
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
@@ -280,6 +305,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   c.checkpoint = ckpt;
   c.offload = offload;
   c.hybrid = kind.hybrid;
+  c.quantized = kind.quantized;
   c.ranks = n;
   // The ranks the state is sharded over (hybrid: the group), and the groups holding copies.
   const int sharded = kind.hybrid > 0 ? kind.hybrid : n;
@@ -298,9 +324,21 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
     c.comm_theory_bytes = comm_theory(pin, c.plan, sharded, stage, cfg);
     // Hybrid: each reduced gradient shard all-reduced across the replicas, once per step (ring
     // volume 2 (R - 1) / R of the shard in the reduce dtype).
+    // With qgZ: (R - 1) packed int8 chunks of each unit's shard (an all-gather of them).
     c.cross_group_theory_bytes = 2.0 * (replicas - 1) / replicas *
                                  static_cast<double>(c.plan.psi_padded) / sharded *
                                  static_cast<double>(dtype_size(reduce_dtype_of(cfg)));
+    if (kind.quantized && replicas > 1) {
+      c.cross_group_theory_bytes = 0;
+      for (std::size_t padded : c.plan.unit_padded) {
+        c.cross_group_theory_bytes +=
+            (replicas - 1) *
+            static_cast<double>(QuantizedChunk{
+                padded / static_cast<std::size_t>(sharded),
+                static_cast<std::size_t>(cfg.zero_optimization.quantization_block_size)}
+                                    .bytes());
+      }
+    }
     c.comm_theory_bytes += c.cross_group_theory_bytes;
     MemoryTracker t;
     gpt::GptModel m(g, t);
@@ -403,6 +441,7 @@ std::string trace_file(const std::string& path, const ConfigFigures& c) {
   if (c.checkpoint != "none") tag += "-ckpt-" + c.checkpoint;
   if (c.offload != "none") tag += "-off-" + c.offload;
   if (c.hybrid > 0) tag += "-hsdp-" + std::to_string(c.hybrid);
+  if (c.quantized) tag += "-int8";
   const std::size_t slash = path.find_last_of('/');
   const std::size_t dot = path.find_last_of('.');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
@@ -533,13 +572,15 @@ int run(int argc, char** argv) {
   // The configurations to run, each one's config built now: a bad --config / --set fails at
   // once (one line on stderr), not after the configurations before it ran.
   std::vector<ConfigFigures> kinds;
-  auto add_kind = [&](int stage, const std::string& ck, const std::string& off, int hybrid) {
+  auto add_kind = [&](int stage, const std::string& ck, const std::string& off, int hybrid,
+                      bool quantized = false) {
     ConfigFigures k;
     k.stage = stage;
     k.checkpoint = ck;
     k.offload = off;
     k.hybrid = hybrid;
-    (void)make_config(o, stage, off, hybrid);
+    k.quantized = quantized;
+    (void)make_config(o, stage, off, hybrid, quantized);
     kinds.push_back(std::move(k));
   };
   for (const std::string& off : o.offloads) {
@@ -555,6 +596,13 @@ int run(int argc, char** argv) {
       for (int stage : o.stages) {
         if (stage > 0) add_kind(stage, ck, "none", o.hybrid);
       }
+    }
+  }
+  if (o.quantized) {  // ZeRO++ quantizes stage 3's collectives: flat, and hybrid with --hybrid
+    for (const std::string& ck : o.checkpoints) {
+      if (std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()) break;
+      add_kind(3, ck, "none", 0, true);
+      if (o.hybrid > 0) add_kind(3, ck, "none", o.hybrid, true);
     }
   }
   const int total = static_cast<int>(kinds.size());

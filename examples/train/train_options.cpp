@@ -46,6 +46,9 @@ const char* const kUsage = R"(usage: zero-train [flags]
   --peak-flops F          the hardware's peak FLOP/s per rank: MFU in the step lines and metrics
   --plot FILE             an SVG chart of the training loss (every step) and the validation loss
                           (every --eval-every) against the step, written at the end
+  --plot-against FILE     with --plot: also draw the training loss of an earlier run, read from
+                          its --metrics FILE (rank 0's lines), and print how the final losses
+                          (the mean of the last 10 steps) compare
   --no-progress           no status line on stderr (shown only when stderr is a terminal)
   --help                  this text
 )";
@@ -129,6 +132,8 @@ Options parse(int argc, char** argv) {
       o.metrics = value();
     } else if (a == "--plot") {
       o.plot = value();
+    } else if (a == "--plot-against") {
+      o.plot_against = value();
     } else if (a == "--no-progress") {
       o.progress = false;
     } else if (a == "--peak-flops") {
@@ -151,6 +156,7 @@ Options parse(int argc, char** argv) {
   // One GPU per process: --ranks defaults to 1 there (and must be 1 unless a launcher starts
   // the ranks, which run() checks).
   if (o.device == "cuda" && !ranks_given) o.ranks = 1;
+  if (!o.plot_against.empty() && o.plot.empty()) bad("--plot-against needs --plot FILE");
   if (o.ranks < 1) bad("--ranks must be >= 1");
   if (o.steps < 1) bad("--steps must be >= 1");
   if (o.batch < 1) bad("--batch must be >= 1");

@@ -34,11 +34,12 @@ struct Options {
   int keep = 0;
   bool save_async = false;
   bool resume = false;
-  std::string resume_dir;  // empty: save_dir
-  std::string metrics;     // --metrics FILE (empty: none)
-  double peak_flops = 0;   // --peak-flops: per rank; 0 = unknown (no MFU)
-  std::string plot;        // --plot FILE (empty: none)
-  bool progress = true;    // the status line on a terminal's stderr (--no-progress: off)
+  std::string resume_dir;    // empty: save_dir
+  std::string metrics;       // --metrics FILE (empty: none)
+  double peak_flops = 0;     // --peak-flops: per rank; 0 = unknown (no MFU)
+  std::string plot;          // --plot FILE (empty: none)
+  std::string plot_against;  // --plot-against FILE: an earlier run's --metrics (empty: none)
+  bool progress = true;      // the status line on a terminal's stderr (--no-progress: off)
 };
 
 // Parses the flags (not --help). Throws kInvalidArgument naming the flag.

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "zero/error.hpp"
 
 namespace zero::train {
@@ -26,6 +28,12 @@ void LossPlot::write(const std::string& note) {
                           .color = "#4e79a7",
                           .points = train,
                           .stroke_width = 1.25});
+  if (!against.empty()) {
+    chart.series.push_back({.name = "training loss of " + against_name,
+                            .color = "#f28e2b",
+                            .points = against,
+                            .stroke_width = 1.25});
+  }
   chart.series.push_back({.name = "validation loss (every --eval-every steps)",
                           .color = "#e15759",
                           .points = val,
@@ -43,6 +51,33 @@ LossPlot::~LossPlot() {
     write(" (stopped by an error after step " + std::to_string(static_cast<long long>(last)) + ")");
   } catch (...) {
   }
+}
+
+std::vector<svg::Point> read_loss_curve(const std::string& path) {
+  std::ifstream in(path);
+  ZERO_CHECK(in.good(), kIO, "--plot-against: cannot read '", path, "'");
+  std::vector<svg::Point> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ZERO_CHECK(j.is_object() && j.contains("step") && j.contains("loss") && j["step"].is_number() &&
+                   j["loss"].is_number(),
+               kInvalidArgument, "--plot-against: '", path, "' line ", n,
+               " is not a zero-train --metrics line (a JSON object with \"step\" and \"loss\")");
+    if (j.value("rank", 0) != 0) continue;
+    out.push_back({j["step"].get<double>(), j["loss"].get<double>()});
+  }
+  ZERO_CHECK(!out.empty(), kInvalidArgument, "--plot-against: '", path,
+             "' holds no step of rank 0");
+  return out;
+}
+
+double final_loss(const std::vector<svg::Point>& curve, std::size_t n) {
+  const std::size_t k = std::min(n, curve.size());
+  double s = 0;
+  for (std::size_t i = curve.size() - k; i < curve.size(); ++i) s += curve[i].y;
+  return k > 0 ? s / static_cast<double>(k) : 0.0;
 }
 
 std::string metrics_line(const StepLine& s, const MemoryTracker& tracker,

@@ -27,12 +27,22 @@ struct LossPlot {
   std::string path;   // empty: no --plot
   std::string title;  // the run: stage, ranks, model
   std::vector<svg::Point> train, val;
+  // --plot-against: an earlier run's training loss, and what to call it.
+  std::vector<svg::Point> against;
+  std::string against_name;
   bool written = false;
 
   // Throws kIO naming the file when it cannot be written.
   void write(const std::string& note = "");
   ~LossPlot();
 };
+
+// Rank 0's (step, loss) from a --metrics file, in file order. Throws kIO naming the file when it
+// cannot be read, kInvalidArgument naming the file and line when a line is not a metrics line.
+std::vector<svg::Point> read_loss_curve(const std::string& path);
+
+// The mean loss of the last `n` points (all of them when fewer).
+double final_loss(const std::vector<svg::Point>& curve, std::size_t n = 10);
 
 // One step of one rank, as --metrics writes it.
 struct StepLine {

@@ -190,6 +190,18 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
                  std::to_string(g.num_params()) + " parameters (" + std::to_string(g.layers) +
                  " layers, dim " + std::to_string(g.dim) + ", seq " + std::to_string(g.seq) +
                  "), " + std::string(to_string(e.param_dtype()));
+    const ZeroOptimizationConfig& z = run_cfg.zero_optimization;
+    if (e.stage() == 3 && (z.zero_quantized_weights || z.zero_quantized_gradients)) {
+      plot.title += std::string(", ") +
+                    (z.zero_quantized_weights && z.zero_quantized_gradients
+                         ? "qwZ + qgZ"
+                         : (z.zero_quantized_weights ? "qwZ" : "qgZ")) +
+                    " (int8, block " + std::to_string(z.quantization_block_size) + ")";
+    }
+    if (!o.plot_against.empty()) {
+      plot.against = train::read_loss_curve(o.plot_against);
+      plot.against_name = o.plot_against;
+    }
   }
   // The status line (a terminal's stderr, the printing rank): steps done, pace and ETA; cleared
   // while a line goes to stdout (Pause, under `print`).
@@ -296,6 +308,11 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     plot.write();
     std::lock_guard<std::mutex> lock(print);
     std::printf("loss curves (SVG): %s\n", plot.path.c_str());
+    if (!plot.against.empty()) {
+      const double mine = train::final_loss(plot.train), theirs = train::final_loss(plot.against);
+      std::printf("final training loss (mean of the last 10 steps) %.4f, %s %.4f: %+.2f%%\n", mine,
+                  plot.against_name.c_str(), theirs, 100.0 * (mine - theirs) / theirs);
+    }
   }
   if (saver) saver->wait();
   if (e.tracer() != nullptr) {  // --trace / trace.enabled: every rank's timeline, one file
@@ -371,6 +388,7 @@ int run(int argc, char** argv) {
   const Config cfg = train::make_config(o);
   // Files written at the end of the run: a directory that is not there fails now, not after it.
   if (!o.plot.empty()) common::require_directory_of(o.plot, "--plot");
+  if (!o.plot_against.empty()) (void)train::read_loss_curve(o.plot_against);  // fail now
   if (cfg.trace.enabled) {
     common::require_directory_of(cfg.trace.path, "--trace / config key 'trace.path'");
   }
