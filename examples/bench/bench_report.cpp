@@ -257,6 +257,26 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
                   trace_cols);
     os << line;
   }
+  // Hybrid sharding and quantized collectives: what each configuration sends, and of it across
+  // groups, each beside its formula.
+  bool grouped = false;
+  for (const auto& c : all) grouped = grouped || c.hybrid > 0 || c.quantized;
+  if (!grouped) return os.str();
+  os << "== communication per step (per rank, rank 0)\n";
+  std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %7s\n", "config", "sent",
+                "formula", "ratio", "across groups", "formula", "ratio");
+  os << line;
+  for (const auto& c : all) {
+    const RankFigures& r = c.per_rank.front();
+    const auto sent = static_cast<double>(r.comm_bytes_per_step);
+    const auto cross = static_cast<double>(r.cross_group_bytes_per_step);
+    std::snprintf(line, sizeof line, "%-28s %13s %13s %7s %13s %13s %7s\n", label(c).c_str(),
+                  mib(sent).c_str(), mib(c.comm_theory_bytes).c_str(),
+                  ratio(sent, c.comm_theory_bytes).c_str(), c.hybrid > 0 ? mib(cross).c_str() : "-",
+                  c.hybrid > 0 ? mib(c.cross_group_theory_bytes).c_str() : "-",
+                  c.hybrid > 0 ? ratio(cross, c.cross_group_theory_bytes).c_str() : "-");
+    os << line;
+  }
   return os.str();
 }
 

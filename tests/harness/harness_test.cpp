@@ -152,6 +152,47 @@ TEST(Harness, HybridRowsFollowTheFormulaOfTheirGroup) {
   }
 }
 
+// --quantized with --hybrid 2 at 4 ranks: flat stage 3, HSDP and both with qwZ + qgZ side by
+// side; every row's bytes per step (and across groups) on its formula, the int8 rows sending about
+// half of the bf16 ones', their staging in comm_buffers as the planner predicts.
+TEST(Harness, QuantizedRowsSendThePackedChunks) {
+  const std::string json_path = tmp_path("quantized.json");
+  const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
+                          " --ranks 4 --steps 2 --layers 2 --dim 64 --seq 32 --batch 2"
+                          " --stages 3 --checkpoint none --offload none --hybrid 2 --quantized"
+                          " --json " +
+                          json_path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("== communication per step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stage 3 +hsdp 2 +int8"), std::string::npos) << r.out;
+  std::ifstream in(json_path);
+  const nlohmann::json all = nlohmann::json::parse(in);
+  ASSERT_EQ(all.size(), 4u);  // stage 3, +hsdp 2, +int8, +hsdp 2 +int8
+  std::map<std::pair<int, bool>, double> sent, cross;
+  for (const auto& c : all) {
+    const int g = c["hybrid_shard_size"].get<int>();
+    const bool q = c["quantized"].get<bool>();
+    const std::pair<int, bool> key(g, q);
+    const auto& r0 = c["per_rank"][0];
+    sent[key] = r0["comm_bytes_per_step"].get<double>();
+    cross[key] = r0["cross_group_bytes_per_step"].get<double>();
+    EXPECT_NEAR(sent[key] / c["comm_theory_bytes_per_step"].get<double>(), 1.0, 1e-3)
+        << g << " " << q;
+    if (g > 0) {
+      EXPECT_NEAR(cross[key] / c["cross_group_theory_bytes_per_step"].get<double>(), 1.0, 1e-3)
+          << q;
+    }
+    const double staging = r0["categories"]["comm_buffers"]["host"]["current"].get<double>();
+    EXPECT_EQ(staging, c["predicted"]["comm_buffers"].get<double>()) << g << " " << q;
+    if (q) EXPECT_GT(staging, 0.0);
+  }
+  // bf16 against a byte and 4 / 256 of a scale per element (plus padding and the norm exchange).
+  for (int g : {0, 2}) {
+    EXPECT_NEAR(sent[std::make_pair(g, true)] / sent[std::make_pair(g, false)], 0.5, 0.03) << g;
+  }
+  EXPECT_NEAR(cross[std::make_pair(2, true)] / cross[std::make_pair(2, false)], 0.51, 0.03);
+}
+
 TEST(Harness, BadFlagsAreClearErrors) {
   const CmdResult a = run(std::string(ZERO_BENCH_BIN) + " --stages 0,5");
   EXPECT_EQ(a.status, 2);
