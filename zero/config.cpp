@@ -245,8 +245,15 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   r.get("load_from_fp32_weights", z.load_from_fp32_weights);
   r.get("round_robin_gradients", z.round_robin_gradients);
   r.get_int("sub_group_size", z.sub_group_size, 1, kMax);
-  r.get_int("hybrid_shard_size", z.hybrid_shard_size, 0, 1 << 24);
-  if (z.hybrid_shard_size > 0 && z.stage == 0) {
+  if (const json* v = r.find("hybrid_shard_size"); v != nullptr && v->is_string()) {
+    if (v->get<std::string>() != "node") {
+      r.fail("hybrid_shard_size", *v, "must be a number of ranks or \"node\"");
+    }
+    z.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
+  } else {
+    r.get_int("hybrid_shard_size", z.hybrid_shard_size, 0, 1 << 24);
+  }
+  if (z.hybrid_shard_size != 0 && z.stage == 0) {
     r.fail_msg("hybrid_shard_size", "needs stage 1-3 (stage 0 shards nothing)");
   }
   r.get("zero_quantized_weights", z.zero_quantized_weights);

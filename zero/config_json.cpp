@@ -38,7 +38,9 @@ std::string Config::to_json() const {
       {"load_from_fp32_weights", z.load_from_fp32_weights},
       {"round_robin_gradients", z.round_robin_gradients},
       {"sub_group_size", z.sub_group_size},
-      {"hybrid_shard_size", z.hybrid_shard_size},
+      {"hybrid_shard_size", z.hybrid_shard_size == ZeroOptimizationConfig::kHybridShardNode
+                                ? json("node")
+                                : json(z.hybrid_shard_size)},
       {"zero_quantized_weights", z.zero_quantized_weights},
       {"zero_quantized_gradients", z.zero_quantized_gradients},
       {"quantization_block_size", z.quantization_block_size},

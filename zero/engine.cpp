@@ -52,10 +52,41 @@ View GatherGuard::param(int i) const {
 
 // ---- Engine
 
+namespace {
+
+// hybrid_shard_size = "node": every rank must have read the same ranks per node, and the ranks
+// of a node must be consecutive (the launcher's local rank is the position in the group), or
+// the groups would not be nodes. Collective.
+void check_node_groups(Communicator& world, int g) {
+  const LaunchInfo info = detect_launch();
+  const float mine[2] = {
+      static_cast<float>(g),
+      static_cast<float>(info.source == "none" ? world.rank() % g : info.local_rank)};
+  std::vector<float> all(2 * static_cast<std::size_t>(world.size()));
+  world.all_gather(mine, all.data(), 2, DType::kF32);
+  for (int q = 0; q < world.size(); ++q) {
+    const auto at = 2 * static_cast<std::size_t>(q);
+    ZERO_CHECK(all[at] == static_cast<float>(g), kConfig,
+               "config key 'zero_optimization.hybrid_shard_size' = \"node\": rank ", world.rank(),
+               " has ", g, " ranks per node (", info.local_size_from, "), rank ", q, " has ",
+               all[at], ": nodes of different sizes cannot be hybrid-sharding groups");
+    ZERO_CHECK(all[at + 1] == static_cast<float>(q % g), kConfig,
+               "config key 'zero_optimization.hybrid_shard_size' = \"node\": rank ", q,
+               " is local rank ", all[at + 1], " of its node, not ", q % g,
+               ": the ranks of a node are not consecutive (launch with by-slot mapping, e.g. "
+               "mpirun --map-by slot), or give the number of ranks per group");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> hybrid_group(Communicator& world, const Config& config,
                                            detail::Ownership ownership, bool shard) {
-  const std::int64_t g = config.zero_optimization.hybrid_shard_size;
   const int n = world.size();
+  const int g = detail::hybrid_shard_size(config, n);
+  if (config.zero_optimization.hybrid_shard_size == ZeroOptimizationConfig::kHybridShardNode) {
+    check_node_groups(world, g);
+  }
   if (g == 0 || g == n) return nullptr;  // detail::shard_width: all ranks
   ZERO_CHECK(ownership == detail::Ownership::kManaged, kConfig,
              "config key 'zero_optimization.hybrid_shard_size' = ", g,

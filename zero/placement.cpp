@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "offload/aio.hpp"
+#include "zero/comm.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
 #include "zero/optimizer.hpp"
@@ -60,9 +61,27 @@ Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, Allo
                                      : dev.alloc(tracker, arena.category, arena.bytes, opts);
 }
 
-int shard_width(const Config& config, int world_size) {
+int hybrid_shard_size(const Config& config, int world_size) {
   const std::int64_t g = config.zero_optimization.hybrid_shard_size;
-  return g > 0 && g < world_size ? static_cast<int>(g) : world_size;
+  if (g != ZeroOptimizationConfig::kHybridShardNode) return static_cast<int>(g);
+  const LaunchInfo info = detect_launch();
+  if (info.source == "none") return world_size;  // in-process ranks: one node
+  ZERO_CHECK(info.local_size > 0, kConfig,
+             "config key 'zero_optimization.hybrid_shard_size' = \"node\": the launcher (",
+             info.source,
+             ") does not say how many ranks share a node (LOCAL_WORLD_SIZE, "
+             "OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE); give the "
+             "number of ranks per group");
+  ZERO_CHECK(info.size == world_size, kConfig,
+             "config key 'zero_optimization.hybrid_shard_size' = \"node\" groups the launcher's ",
+             info.size, " ranks by node, but the engine runs on a communicator of ", world_size,
+             " (a sub-group): give the number of ranks per group");
+  return info.local_size;
+}
+
+int shard_width(const Config& config, int world_size) {
+  const int g = hybrid_shard_size(config, world_size);
+  return g > 0 && g < world_size ? g : world_size;
 }
 
 PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,

@@ -123,6 +123,10 @@ struct PlacementInput {
 // How many ranks the engine shards over among `world_size`: zero_optimization.hybrid_shard_size
 // when set (hybrid sharding), else all of them. The engine's groups and the planner both ask here.
 int shard_width(const Config& config, int world_size);
+// zero_optimization.hybrid_shard_size with "node" resolved from the launcher's variables (ranks
+// per node; a world of in-process ranks is one node); 0: not set. Throws kConfig when the
+// launcher does not say, or the engine's world is not the launcher's.
+int hybrid_shard_size(const Config& config, int world_size);
 
 // world_size: the ranks the engine shards over (its group); replicas: how many such groups hold
 // the same shards (hybrid sharding; 1: none).

@@ -399,6 +399,10 @@ struct LaunchInfo {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
+  // Ranks on this process's node (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
+  // SLURM_NTASKS_PER_NODE); 0: the launcher did not say. local_size_from: "VAR=value".
+  int local_size = 0;
+  std::string local_size_from;
   // Which variables the values came from: "explicit", "torchrun", "openmpi", "pmi", "slurm" or
   // "none" (a single process), comma-separated when several agreed.
   std::string source = "none";
@@ -429,8 +433,9 @@ struct CommOptions {
   std::string rendezvous_file;
 };
 
-// Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK,
-// PMI_RANK/PMI_SIZE (and MPI_LOCALRANKID), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID, and the
+// Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE (torchrun),
+// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE, PMI_RANK/PMI_SIZE (and MPI_LOCALRANKID,
+// MPI_LOCALNRANKS), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NTASKS_PER_NODE, and the
 // explicit options. Values from different sources must agree: a conflict, a malformed number,
 // a rank outside [0, size) or a rank without a size is zero::Error(kConfig) naming the
 // variables. `getenv` defaults to std::getenv (tests pass their own).

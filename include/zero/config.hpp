@@ -81,7 +81,11 @@ struct ZeroOptimizationConfig {
   // zero extension, hybrid sharding (FSDP's HSDP): shard over groups of this many consecutive
   // ranks and replicate across the groups — gradients reduce-scatter inside the group, then the
   // shard is all-reduced across groups; parameters are all-gathered inside the group. 0: shard
-  // over all ranks. Stages 1-3, managed engine; must divide the world size.
+  // over all ranks. Stages 1-3, managed engine; must divide the world size. "node" (stored as
+  // kHybridShardNode): the ranks of one node, as the launcher says (LOCAL_WORLD_SIZE,
+  // OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE; consecutive ranks per
+  // node); in-process ranks share one node. A number simulates nodes on one machine.
+  static constexpr std::int64_t kHybridShardNode = -1;
   std::int64_t hybrid_shard_size = 0;
   // ZeRO++ (stage 3; DeepSpeed's keys and meaning): qwZ, the parameter all-gather carries
   // block-wise int8 values (zero/quantized_comm.hpp); qgZ, the gradient reduce-scatter is an

@@ -74,6 +74,39 @@ TEST(DetectLaunch, ReadsEachLauncher) {
   EXPECT_EQ("none", detect({{"SLURM_NTASKS", "6"}}).source);
 }
 
+TEST(DetectLaunch, RanksPerNodeComeFromEachLauncher) {
+  EXPECT_EQ(0, detect({{"RANK", "3"}, {"WORLD_SIZE", "8"}}).local_size);  // not said
+  EXPECT_EQ(4, detect({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}}).local_size);
+  const LaunchInfo o = detect({{"OMPI_COMM_WORLD_RANK", "2"},
+                               {"OMPI_COMM_WORLD_SIZE", "4"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  EXPECT_EQ(2, o.local_size);
+  EXPECT_EQ("OMPI_COMM_WORLD_LOCAL_SIZE=2", o.local_size_from);
+  EXPECT_EQ(3, detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "6"}, {"MPI_LOCALNRANKS", "3"}}).local_size);
+  EXPECT_EQ(2,
+            detect({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "2"}})
+                .local_size);
+  // A local size past the world, or a local rank past the local size, is refused.
+  EXPECT_NE(config_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "3"}})
+                .find("ranks per node out of range: LOCAL_WORLD_SIZE=3"),
+            std::string::npos);
+  EXPECT_NE(
+      config_error(
+          {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}})
+          .find("LOCAL_RANK=2"),
+      std::string::npos);
+  // Two launchers that disagree on it are named.
+  EXPECT_NE(config_error({{"RANK", "1"},
+                          {"WORLD_SIZE", "4"},
+                          {"LOCAL_WORLD_SIZE", "2"},
+                          {"OMPI_COMM_WORLD_RANK", "1"},
+                          {"OMPI_COMM_WORLD_SIZE", "4"},
+                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}})
+                .find("conflicting ranks per node"),
+            std::string::npos);
+}
+
 TEST(DetectLaunch, AgreeingSourcesAreMerged) {
   CommOptions opt;
   opt.rank = 1;

@@ -33,6 +33,19 @@ inline double max_abs_diff(const Tensors& a, const Tensors& b) {
   return d;
 }
 
+// Root mean square of the element-wise difference.
+inline double rms_diff(const Tensors& a, const Tensors& b) {
+  double s = 0.0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    for (std::size_t k = 0; k < a[i].size() && k < b[i].size(); ++k, ++n) {
+      const double d = static_cast<double>(a[i][k]) - b[i][k];
+      s += d * d;
+    }
+  }
+  return n > 0 ? std::sqrt(s / static_cast<double>(n)) : 0.0;
+}
+
 // Every parameter of the engine, unit by unit in declaration order, as f32 (its working-dtype
 // values). Stage 3: a collective (every rank must call it).
 inline Tensors read_params(Engine& e) {

@@ -18,14 +18,16 @@ struct Source {
   const char* rank_var;
   const char* size_var;
   const char* local_var;
-  bool mpi;  // MPI can bootstrap from this launcher
+  const char* local_size_var;  // ranks on this node
+  bool mpi;                    // MPI can bootstrap from this launcher
 };
 
 constexpr Source kSources[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", false},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true},
-    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", true},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", true},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", true},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", true},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", true},
 };
 
 std::optional<int> parse_int(const char* var, const char* text) {
@@ -66,6 +68,7 @@ LaunchInfo detect_launch(const CommOptions& options,
   Merged rank{"rank"};
   Merged size{"world size"};
   Merged local{"local rank"};
+  Merged local_size{"ranks per node"};
   LaunchInfo info;
   std::string sources;
   auto note = [&](const char* name) { sources += detail::cat(sources.empty() ? "" : ",", name); };
@@ -88,6 +91,7 @@ LaunchInfo detect_launch(const CommOptions& options,
     rank.add(s.rank_var, r);
     size.add(s.size_var, n);
     local.add(s.local_var, parse_int(s.local_var, env(s.local_var)));
+    local_size.add(s.local_size_var, parse_int(s.local_size_var, env(s.local_size_var)));
     info.mpi_launcher = info.mpi_launcher || s.mpi;
     note(s.name);
   }
@@ -95,12 +99,18 @@ LaunchInfo detect_launch(const CommOptions& options,
   info.rank = *rank.value;
   info.size = *size.value;
   info.local_rank = local.value.value_or(0);
+  info.local_size = local_size.value.value_or(0);
+  info.local_size_from = local_size.from;
   info.source = sources;
   ZERO_CHECK(info.size >= 1, kConfig, "world size must be >= 1: ", size.from);
   ZERO_CHECK(info.rank >= 0 && info.rank < info.size, kConfig, "rank out of range: ", rank.from,
              " with ", size.from);
   ZERO_CHECK(info.local_rank >= 0 && info.local_rank < info.size, kConfig,
              "local rank out of range: ", local.from, " with ", size.from);
+  ZERO_CHECK(info.local_size == 0 || (info.local_size >= 1 && info.local_size <= info.size &&
+                                      info.local_rank < info.local_size),
+             kConfig, "ranks per node out of range: ", local_size.from, " with ", size.from,
+             local.value ? detail::cat(" and ", local.from) : std::string());
   return info;
 }
 
