@@ -7,6 +7,7 @@
 // configurations it refuses, naming the key.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -115,6 +116,53 @@ TEST(Hybrid, ShardsBytesAndCrossGroupTrafficAreThoseOfTheGroup) {
       (void)padded;
     });
   }
+}
+
+TEST(Hybrid, NodeGroupsAreTheLaunchersNodes) {
+  // In-process ranks share one node: "node" shards over all of them, like no groups.
+  ThreadGroup::run(4, [&](Communicator& world) {
+    RunSpec s;
+    s.stage = 3;
+    s.ranks = 4;
+    Config cfg = make_config(s);
+    cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
+    Engine e(world, cfg);
+    EXPECT_EQ(e.replicas(), nullptr);
+    EXPECT_EQ(e.comm().size(), 4);
+  });
+  const Config parsed =
+      parse_config(R"({"zero_optimization": {"stage": 3, "hybrid_shard_size": "node"}})");
+  EXPECT_EQ(parsed.zero_optimization.hybrid_shard_size, ZeroOptimizationConfig::kHybridShardNode);
+  EXPECT_NE(parsed.to_json().find(R"("hybrid_shard_size":"node")"), std::string::npos)
+      << parsed.to_json();
+  expect_error(
+      [] { parse_config(R"({"zero_optimization": {"stage": 3, "hybrid_shard_size": "rack"}})"); },
+      ErrorCode::kConfig, "must be a number of ranks or \"node\"");
+  // A launcher that does not say how many ranks share a node: refused, naming what is missing.
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ThreadGroup::run(2, [&](Communicator& world) {
+    RunSpec s;
+    s.stage = 2;
+    s.ranks = 2;
+    Config cfg = make_config(s);
+    cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
+    expect_error([&] { Engine e(world, cfg); }, ErrorCode::kConfig,
+                 "does not say how many ranks share a node");
+  });
+  ::setenv("LOCAL_WORLD_SIZE", "1", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ThreadGroup::run(2, [&](Communicator& world) {  // an engine on 2 of the launcher's 4 ranks
+    RunSpec s;
+    s.stage = 2;
+    s.ranks = 2;
+    Config cfg = make_config(s);
+    cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
+    expect_error([&] { Engine e(world, cfg); }, ErrorCode::kConfig, "(a sub-group)");
+  });
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  ::unsetenv("LOCAL_WORLD_SIZE");
 }
 
 TEST(Hybrid, RefusedWhereItCannotRunNamingTheKey) {
