@@ -1,9 +1,9 @@
 // Hybrid sharding and ZeRO++'s quantized collectives over MPI processes (ctest runs it under
-// mpirun at 4 and 6 processes: 2 x 2, 3 x 2 and 2 x 3 "nodes" on one machine, the groups given
-// by the config key): HSDP trains the trajectory of flat sharding within the reduction-order
-// tolerance; qwZ + qgZ on top stays close to it; every process ends with the same parameters;
-// hybrid_shard_size "node" reads the launcher's ranks per node (one mpirun on one machine: one
-// node, so no replicas).
+// mpirun at 4 and 6 processes: 4 x 1, 2 x 2, 6 x 1, 3 x 2 and 2 x 3 "nodes" on one machine, the
+// groups given by the config key): HSDP trains the trajectory of flat sharding within the
+// reduction-order tolerance; qwZ + qgZ on top stays close to it; every process ends with the same
+// parameters; hybrid_shard_size "node" reads the launcher's ranks per node (one mpirun on one
+// machine: one node, so no replicas).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,8 +37,10 @@ void expect_same_everywhere(Communicator& c, const RunResult& r, const std::stri
   }
 }
 
+// Groups of 1 (replicas only: every rank holds everything, all-reduced across all), of 2, and
+// of 3 where they divide the world.
 std::vector<long> groups_of(int n) {
-  std::vector<long> g{2};
+  std::vector<long> g{1, 2};
   if (n % 3 == 0) g.push_back(3);
   return g;
 }

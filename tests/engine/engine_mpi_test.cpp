@@ -56,36 +56,6 @@ TEST(EngineMpi, EveryStageMatchesStageZeroWithinTolerance) {
   }
 }
 
-// Hybrid sharding over MPI processes (groups of 2 at 4 processes, of 1 at 3: replicas only,
-// of 2 at 2 = flat): the same trajectory as flat sharding over all of them within the same
-// tolerance, at stages 1-3; every process holds the same parameters.
-TEST(EngineMpi, HybridShardingMatchesFlatShardingWithinTolerance) {
-  Communicator& c = world();
-  const long group = c.size() % 2 == 0 ? 2 : 1;
-  for (int stage : {1, 2, 3}) {
-    RunSpec flat{.stage = stage, .ranks = c.size(), .accumulation = 2, .clip = true};
-    RunSpec hybrid = flat;
-    hybrid.hybrid = group;
-    const RunResult a = testing::train_rank(c, flat), b = testing::train_rank(c, hybrid);
-    const double d = max_abs_diff(b.master_params, a.master_params);
-    EXPECT_LE(d, 2e-5) << "stage " << stage << ", groups of " << group << " on " << c.size()
-                       << " MPI ranks";
-    if (c.rank() == 0) {
-      std::printf("MPI N=%d hybrid G=%ld stage %d vs flat: max |master diff| %.3g\n", c.size(),
-                  group, stage, d);
-    }
-    // Every process ends with rank 0's parameters (bits gathered over the world).
-    for (const std::vector<float>& t : b.params) {
-      std::vector<float> all(t.size() * static_cast<std::size_t>(c.size()));
-      c.all_gather(t.data(), all.data(), t.size(), DType::kF32);
-      for (int q = 1; q < c.size(); ++q) {
-        EXPECT_EQ(std::memcmp(all.data(), all.data() + q * t.size(), t.size() * 4), 0)
-            << "process " << q << " differs, stage " << stage;
-      }
-    }
-  }
-}
-
 // Offload changes where the state lives, not the arithmetic or the collectives: with the same
 // MPI reductions the parameters are bitwise those of the run without offload. Each process's
 // swap files carry its pid and rank, and are gone after each run.

@@ -22,18 +22,6 @@
 namespace zero::testing {
 namespace {
 
-// Every rank's result (ranks of different groups must agree too).
-std::vector<RunResult> train_all(const RunSpec& s) {
-  std::vector<RunResult> all(static_cast<std::size_t>(s.ranks));
-  std::mutex mu;
-  ThreadGroup::run(s.ranks, [&](Communicator& comm) {
-    RunResult mine = train_rank(comm, s);
-    std::lock_guard<std::mutex> lock(mu);
-    all[static_cast<std::size_t>(comm.rank())] = std::move(mine);
-  });
-  return all;
-}
-
 TEST(Hybrid, TrainsAsFlatShardingWithinTheReductionOrderTolerance) {
   struct Layout {
     int ranks;
@@ -118,15 +106,20 @@ TEST(Hybrid, ShardsBytesAndCrossGroupTrafficAreThoseOfTheGroup) {
   }
 }
 
+// The config of `ranks` in-process ranks at `stage` with hybrid_shard_size "node".
+Config node_config(int stage, int ranks) {
+  RunSpec s;
+  s.stage = stage;
+  s.ranks = ranks;
+  Config cfg = make_config(s);
+  cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
+  return cfg;
+}
+
 TEST(Hybrid, NodeGroupsAreTheLaunchersNodes) {
   // In-process ranks share one node: "node" shards over all of them, like no groups.
   ThreadGroup::run(4, [&](Communicator& world) {
-    RunSpec s;
-    s.stage = 3;
-    s.ranks = 4;
-    Config cfg = make_config(s);
-    cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
-    Engine e(world, cfg);
+    Engine e(world, node_config(3, 4));
     EXPECT_EQ(e.replicas(), nullptr);
     EXPECT_EQ(e.comm().size(), 4);
   });
@@ -138,28 +131,19 @@ TEST(Hybrid, NodeGroupsAreTheLaunchersNodes) {
   expect_error(
       [] { parse_config(R"({"zero_optimization": {"stage": 3, "hybrid_shard_size": "rack"}})"); },
       ErrorCode::kConfig, "must be a number of ranks or \"node\"");
+  auto refused = [](const char* needle) {
+    ThreadGroup::run(2, [&](Communicator& world) {
+      expect_error([&] { Engine e(world, node_config(2, 2)); }, ErrorCode::kConfig, needle);
+    });
+  };
   // A launcher that does not say how many ranks share a node: refused, naming what is missing.
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "2", 1);
-  ThreadGroup::run(2, [&](Communicator& world) {
-    RunSpec s;
-    s.stage = 2;
-    s.ranks = 2;
-    Config cfg = make_config(s);
-    cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
-    expect_error([&] { Engine e(world, cfg); }, ErrorCode::kConfig,
-                 "does not say how many ranks share a node");
-  });
+  refused("does not say how many ranks share a node");
+  // An engine on 2 of the launcher's 4 ranks.
   ::setenv("LOCAL_WORLD_SIZE", "1", 1);
   ::setenv("WORLD_SIZE", "4", 1);
-  ThreadGroup::run(2, [&](Communicator& world) {  // an engine on 2 of the launcher's 4 ranks
-    RunSpec s;
-    s.stage = 2;
-    s.ranks = 2;
-    Config cfg = make_config(s);
-    cfg.zero_optimization.hybrid_shard_size = ZeroOptimizationConfig::kHybridShardNode;
-    expect_error([&] { Engine e(world, cfg); }, ErrorCode::kConfig, "(a sub-group)");
-  });
+  refused("(a sub-group)");
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
   ::unsetenv("LOCAL_WORLD_SIZE");

@@ -191,6 +191,18 @@ inline RunResult train(const RunSpec& s) {
   return result;
 }
 
+// Every rank trains with the in-process communicator; every rank's result, by rank.
+inline std::vector<RunResult> train_all(const RunSpec& s) {
+  std::vector<RunResult> all(static_cast<std::size_t>(s.ranks));
+  std::mutex mu;
+  ThreadGroup::run(s.ranks, [&](Communicator& comm) {
+    RunResult mine = train_rank(comm, s);
+    std::lock_guard<std::mutex> lock(mu);
+    all[static_cast<std::size_t>(comm.rank())] = std::move(mine);
+  });
+  return all;
+}
+
 inline std::string describe(const RunSpec& s) {
   return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
          std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +

@@ -23,17 +23,6 @@
 namespace zero::testing {
 namespace {
 
-std::vector<RunResult> train_all(const RunSpec& s) {
-  std::vector<RunResult> all(static_cast<std::size_t>(s.ranks));
-  std::mutex mu;
-  ThreadGroup::run(s.ranks, [&](Communicator& comm) {
-    RunResult mine = train_rank(comm, s);
-    std::lock_guard<std::mutex> lock(mu);
-    all[static_cast<std::size_t>(comm.rank())] = std::move(mine);
-  });
-  return all;
-}
-
 TEST(Quantized, TrainsCloseToUnquantizedButNotBitForBit) {
   struct Case {
     bool qwz, qgz;
