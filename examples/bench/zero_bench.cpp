@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_options.hpp"
 #include "bench/bench_report.hpp"
 #include "common/files.hpp"
 #include "common/progress.hpp"
@@ -42,192 +43,14 @@
 
 namespace {
 
-constexpr const char* kUsage =
-    R"(usage: zero-bench [flags]          what each ZeRO stage saves, measured
-  --ranks N               in-process ranks (default 4); under mpirun the processes
-  --steps S               steps per configuration (default 3; the first warms up)
-  --stages L              stages to run (default 0,1,2,3)
-  --checkpoint L          activation checkpointing policies (default none,sqrt)
-  --offload L             optimizer offload per run: none, cpu, nvme (default none,cpu,nvme)
-  --nvme-path DIR         swap files for --offload nvme (default /tmp)
-  --memory-budget B       cap each rank's memory (e.g. 512M); NVMe files are not counted
-  --layers L --dim D --heads H --seq T   the GPT model (default 6, 192, 4, 64)
-  --batch B               sequences per rank per step (default 2)
-  --dtype bf16|f16|f32    working dtype (default bf16)
-  --reduce-dtype bf16|f16|f32   gradient reduction dtype (default bf16)
-  --data FILE             training text
-  --config FILE, --set k=v      DeepSpeed-style config and overrides for every run
-  --json F --csv F --svg F      write the figures
-  --trace FILE            also run each configuration with the timeline recorded, then untraced
-                          again (the traced step time against the mean of the untraced runs
-                          around it is reported) and write it as
-                          Chrome trace JSON: FILE with the configuration before the extension
-                          (trace.json -> trace.stage3.json); open in https://ui.perfetto.dev
-  --metrics FILE          one JSON line per rank per step: the engine's StepMetrics
-  --hybrid G              also run every stage >= 1 (no offload) with hybrid sharding over groups
-                          of G ranks (zero_optimization.hybrid_shard_size): per-rank memory, and
-                          the bytes sent across groups per step beside their formula
-  --quantized             also run stage 3 with ZeRO++'s int8 collectives (zero_quantized_weights
-                          and zero_quantized_gradients; with --hybrid G, with and without it):
-                          bytes per step beside the packed chunks' formula (for the default
-                          reduce_bucket_size 0: a reduction per unit)
-  --no-progress           no progress on stderr (a terminal: a status line with the ETA;
-                          otherwise one line as each configuration starts)
-  --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
-                          with the model flags (and --vocab V) this engine's bytes per rank
-  --help                  this text
-)";
-
 using namespace zero;
 using bench::ConfigFigures;
+using bench::kUsage;
+using bench::make_config;
+using bench::Options;
+using bench::parse;
 using bench::RankFigures;
 using Clock = std::chrono::steady_clock;
-
-struct Options {
-  int ranks = 4;
-  int steps = 3;
-  std::vector<int> stages{0, 1, 2, 3};
-  std::vector<std::string> checkpoints{"none", "sqrt"};
-  std::vector<std::string> offloads{"none", "cpu", "nvme"};  // optimizer offload
-  std::string nvme_path = "/tmp";
-  double memory_budget = 0;  // bytes per rank of memory (all tiers but NVMe); 0: none
-  gpt::GptConfig model{.vocab = 0, .seq = 64, .layers = 6, .dim = 192, .heads = 4};
-  int batch = 2;  // sequences per rank per step
-  std::string dtype = "bf16";
-  std::string reduce_dtype = "bf16";  // DESIGN.md's formulas count 16-bit gradients
-  std::string data = gpt::kDefaultCorpus;
-  std::string json, csv, svg;
-  std::string trace, metrics;
-  bool progress = true;    // --no-progress: nothing on stderr about how far the run is
-  int hybrid = 0;          // --hybrid G: also each stage >= 1 sharded over groups of G (HSDP)
-  bool quantized = false;  // --quantized: also stage 3 with qwZ + qgZ
-  bool plan = false;
-  double params = 0;                     // --plan --params
-  int vocab = 0;                         // --plan without a corpus
-  std::vector<std::string> config_args;  // --config / --set, forwarded to the config builder
-};
-
-[[noreturn]] void usage_error(const std::string& what) {
-  ZERO_THROW(kInvalidArgument, what, " (run zero-bench --help)");
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (gpt::common_flag(a, value, o)) {
-      continue;
-    } else if (a == "--stages") {
-      o.stages.clear();
-      for (const auto& s : split(value(), ',')) o.stages.push_back(gpt::flag_int(a, s));
-    } else if (a == "--checkpoint") {
-      o.checkpoints = split(value(), ',');
-    } else if (a == "--offload") {
-      o.offloads = split(value(), ',');
-    } else if (a == "--nvme-path") {
-      o.nvme_path = value();
-    } else if (a == "--vocab") {
-      o.vocab = gpt::flag_int(a, value());
-    } else if (a == "--dtype") {
-      o.dtype = value();
-    } else if (a == "--reduce-dtype") {
-      o.reduce_dtype = value();
-    } else if (a == "--json") {
-      o.json = value();
-    } else if (a == "--csv") {
-      o.csv = value();
-    } else if (a == "--svg") {
-      o.svg = value();
-    } else if (a == "--hybrid") {
-      o.hybrid = gpt::flag_int(a, value());
-    } else if (a == "--quantized") {
-      o.quantized = true;
-    } else if (a == "--trace") {
-      o.trace = value();
-    } else if (a == "--metrics") {
-      o.metrics = value();
-    } else if (a == "--no-progress") {
-      o.progress = false;
-    } else if (a == "--plan") {
-      o.plan = true;
-    } else if (a == "--params") {
-      try {
-        o.params = std::stod(value());
-      } catch (...) {
-        usage_error("--params expects a number such as 7.5e9");
-      }
-    } else {
-      usage_error("unknown argument '" + a + "'");
-    }
-  }
-  if (o.ranks < 1) usage_error("--ranks must be >= 1");
-  if (o.steps < 2) usage_error("--steps must be >= 2 (the first step warms up)");
-  if (o.batch < 1) usage_error("--batch must be >= 1");
-  for (int s : o.stages) {
-    if (s < 0 || s > 3) usage_error("--stages takes stages 0..3, got " + std::to_string(s));
-  }
-  for (const auto& c : o.checkpoints) (void)CheckpointSpec::parse(c);
-  for (const auto& f : o.offloads) {
-    if (f != "none" && f != "cpu" && f != "nvme") {
-      usage_error("--offload takes none, cpu or nvme, got '" + f + "'");
-    }
-  }
-  (void)parse_dtype(o.dtype);
-  (void)parse_dtype(o.reduce_dtype);
-  return o;
-}
-
-// The configuration of one run: the user's file / --set, then the harness's choices.
-Config make_config(const Options& o, int stage, const std::string& offload = "none", int hybrid = 0,
-                   bool quantized = false) {
-  ConfigBuilder b;
-  // The harness's default: stage 3 prefetches one unit ahead (DeepSpeed's 5e7 elements would
-  // prefetch the whole of a small model). --config / --set / the environment override it.
-  if (stage == 3) b.set("zero_optimization.stage3_prefetch_bucket_size=1", "zero-bench");
-  b.apply_env();
-  std::vector<std::string> args = o.config_args;
-  b.apply_args(args);
-  b.set("zero_optimization.stage=" + std::to_string(stage), "zero-bench");
-  const DType w = parse_dtype(o.dtype);
-  b.set(std::string("bf16.enabled=") + (w == DType::kBF16 ? "true" : "false"), "zero-bench");
-  b.set(std::string("fp16.enabled=") + (w == DType::kF16 ? "true" : "false"), "zero-bench");
-  const std::string rd(to_string(parse_dtype(o.reduce_dtype)));
-  b.set("communication_data_type=" + std::string(rd == "f32"   ? "fp32"
-                                                 : rd == "f16" ? "fp16"
-                                                               : "bf16"),
-        "zero-bench");
-  if (stage == 3) b.set("zero_optimization.stage3_param_persistence_threshold=0", "zero-bench");
-  if (hybrid > 0) {
-    b.set("zero_optimization.hybrid_shard_size=" + std::to_string(hybrid), "zero-bench");
-  }
-  if (quantized) {
-    b.set("zero_optimization.zero_quantized_weights=true", "zero-bench");
-    b.set("zero_optimization.zero_quantized_gradients=true", "zero-bench");
-  }
-  if (offload != "none") {
-    b.set("zero_optimization.offload_optimizer.device=" + offload, "zero-bench");
-    if (offload == "nvme") {
-      b.set("zero_optimization.offload_optimizer.nvme_path=" + o.nvme_path, "zero-bench");
-      b.set("zero_optimization.offload_optimizer.pipeline_read=true", "zero-bench");
-      b.set("zero_optimization.offload_optimizer.pipeline_write=true", "zero-bench");
-    }
-  }
-  return b.build();
-}
 
 // The model's units, declared on an engine that never allocates (it is not used).
 std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& config) {
