@@ -45,10 +45,8 @@ void for_overlap(const ParamEntry& p, std::size_t lo, std::size_t hi, Fn&& fn) {
 }  // namespace
 
 LoadResult load(Engine& e, const std::string& path) {
-  ZERO_CHECK(e.replicas() == nullptr, kConfig, "checkpoint load of '", path,
-             "': hybrid sharding (config key 'zero_optimization.hybrid_shard_size' = ",
-             e.config().zero_optimization.hybrid_shard_size,
-             ") is not supported by checkpoints yet");
+  // Hybrid sharding: every group loads the same shards (resharded to its size) from the same
+  // files; the agreements span the world, so one rank's failure fails every rank.
   Communicator& comm = e.comm();
   Manifest m;
   std::string dir;
@@ -77,7 +75,7 @@ LoadResult load(Engine& e, const std::string& path) {
   } catch (...) {
     local = std::current_exception();
   }
-  agree(comm, local);
+  agree(e.world(), local);
 
   if (m.stage != e.stage() || m.world_size != comm.size()) {
     if (comm.rank() == 0) {

@@ -243,12 +243,6 @@ struct Saver::Impl {
 Saver::Saver(Engine& engine, SaveOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
   ZERO_CHECK(!impl_->options.dir.empty(), kInvalidArgument, "checkpoint save: no directory");
-  // Every group of a hybrid-sharded run holds the same shards under the same group ranks: the
-  // files and the manifest would collide (saving one group's is not written yet).
-  ZERO_CHECK(
-      engine.replicas() == nullptr, kConfig,
-      "checkpoint save: hybrid sharding (config key 'zero_optimization.hybrid_shard_size' = ",
-      engine.config().zero_optimization.hybrid_shard_size, ") is not supported by checkpoints yet");
   ZERO_CHECK(impl_->options.keep >= 0, kInvalidArgument,
              "checkpoint save: keep = ", impl_->options.keep, " (must be >= 0; 0 keeps all)");
 }
@@ -268,7 +262,7 @@ Saver::~Saver() {
 
 void Saver::wait() {
   impl_->join();
-  agree(impl_->engine.comm(), std::exchange(impl_->error, nullptr));
+  agree(impl_->engine.world(), std::exchange(impl_->error, nullptr));
 }
 
 SaveInfo Saver::save(std::string_view trainer_state) {
@@ -282,6 +276,17 @@ SaveInfo Saver::save(std::string_view trainer_state) {
              "that ends it (StepResult::boundary)");
   wait();  // the previous asynchronous save, committed on every rank
   std::exception_ptr local;
+  SaveInfo info;
+  info.path = s.options.dir + "/" + step_name(e.training_state().steps);
+  info.steps = e.training_state().steps;
+  // Hybrid sharding: every group holds the same shards under the same group ranks; the first
+  // group writes them (a checkpoint of a world of its size), the others take part in each
+  // agreement over the world, so a failed write fails every rank.
+  if (e.replicas() != nullptr && e.replicas()->rank() != 0) {
+    agree(e.world(), nullptr);                        // the directory made
+    if (!s.options.async) agree(e.world(), nullptr);  // the files written and committed
+    return info;
+  }
 
   auto job = std::make_unique<Job>();
   job->rank = comm.rank();
@@ -313,11 +318,7 @@ SaveInfo Saver::save(std::string_view trainer_state) {
   } catch (...) {
     local = std::current_exception();
   }
-  agree(comm, local);
-
-  SaveInfo info;
-  info.path = job->root + "/" + job->name;
-  info.steps = e.training_state().steps;
+  agree(e.world(), local);
   info.bytes = job->layout.bytes;
   if (s.options.async) {
     // The snapshot: every unit this rank writes, copied to host memory now.
@@ -363,7 +364,7 @@ SaveInfo Saver::save(std::string_view trainer_state) {
   } catch (...) {
     local = std::current_exception();
   }
-  agree(comm, local);
+  agree(e.world(), local);
   return info;
 }
 

@@ -153,6 +153,7 @@ Engine::Buffers Engine::buffer_bytes() const {
 }
 MemoryReport Engine::memory_report() const { return impl_->tracker->report(); }
 Communicator& Engine::comm() noexcept { return impl_->comm; }
+Communicator& Engine::world() noexcept { return impl_->world; }
 Communicator* Engine::replicas() noexcept { return impl_->replica_group.get(); }
 
 void Engine::set_param(UnitId u, int param, const float* values, std::size_t count) {

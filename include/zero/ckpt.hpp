@@ -20,6 +20,9 @@
 // (write, fsync, rename, fsync) last and removes checkpoints beyond the last `keep`. A save
 // killed at any instant leaves the previous checkpoint and `latest` as they were.
 //
+// Hybrid sharding: the ranks of the first group write (the checkpoint is one of a world of the
+// group's size); every group loads it; each agreement on success spans Engine::world().
+//
 // The 16-bit working copy is not saved: it is the master rounded to the working dtype (every
 // step and set_param leave it so), and load regenerates it; resuming is bitwise.
 #pragma once

@@ -272,6 +272,8 @@ class Engine {
   // (zero_optimization.hybrid_shard_size) its group (shard numbers, ranks and collectives of the
   // shards are the group's).
   Communicator& comm() noexcept;
+  // The communicator the engine was made with (comm() unless hybrid sharding splits it).
+  Communicator& world() noexcept;
   // Hybrid sharding: the ranks holding this rank's shards in the other groups; null otherwise.
   Communicator* replicas() noexcept;
 

@@ -22,6 +22,18 @@
 
 namespace zero::testing {
 
+// Every rank's value of a per-rank computation, by rank; on_ranks: rank 0's.
+template <typename T, typename F>
+std::vector<T> on_every_rank(int n, F&& f) {
+  std::vector<T> out(static_cast<std::size_t>(n));
+  ThreadGroup::run(n, [&](Communicator& c) { out[static_cast<std::size_t>(c.rank())] = f(c); });
+  return out;
+}
+template <typename T, typename F>
+T on_ranks(int n, F&& f) {
+  return std::move(on_every_rank<T>(n, std::forward<F>(f))[0]);
+}
+
 // A fresh directory under the temporary directory, removed with the object.
 struct TempDir {
   std::filesystem::path path;

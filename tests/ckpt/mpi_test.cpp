@@ -42,6 +42,7 @@ TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
     const char* offload;
     const char* param;
     bool async;
+    long hybrid = 0;  // hybrid_shard_size: groups of 1 here (every process a replica)
   };
   std::vector<Case> cases;
   for (int stage : {0, 1, 2, 3}) {
@@ -51,6 +52,10 @@ TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
   cases.push_back({2, DType::kBF16, "cpu", "none", false});
   cases.push_back({2, DType::kBF16, "nvme", "none", true});
   cases.push_back({3, DType::kBF16, "nvme", "nvme", false});
+  // Hybrid sharding: the first group (process 0) writes a checkpoint of a world of 1, every
+  // process loads it.
+  cases.push_back({2, DType::kF32, "none", "none", false, 1});
+  cases.push_back({3, DType::kBF16, "none", "none", true, 1});
   for (const Case& cs : cases) {
     const std::string dir = shared_dir(c, "s" + std::to_string(cs.stage));
     const std::string swap = dir + "-swap";
@@ -67,10 +72,12 @@ TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
     }
     s.offload_param = cs.param;
     s.nvme_path = swap;
+    s.hybrid = cs.hybrid;
     const std::string what = "stage " + std::to_string(cs.stage) + " " +
                              std::string(to_string(cs.dt)) + " offload " + cs.offload + "/" +
-                             cs.param + (cs.async ? " async" : " sync") + " on " +
-                             std::to_string(c.size()) + " MPI ranks";
+                             cs.param + (cs.async ? " async" : " sync") +
+                             (cs.hybrid > 0 ? " hybrid " + std::to_string(cs.hybrid) : "") +
+                             " on " + std::to_string(c.size()) + " MPI ranks";
     const RankRun straight = testing::run_straight(c, s, 2 * k);
     const FullState saved = testing::run_and_save(c, s, k, dir, cs.async);
     const Resumed resumed = testing::run_resumed(c, s, 2 * k, dir);
@@ -87,6 +94,7 @@ TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
         s4.stage = 3;
         s4.offload_buffers = 0;
         s4.offload_param = "none";
+        s4.hybrid = 0;
         Engine e(local, testing::make_config(s4));
         const testing::Mlp mlp(testing::kDims);
         mlp.declare(e);

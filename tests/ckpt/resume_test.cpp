@@ -28,20 +28,7 @@ using testing::TempDir;
 
 constexpr int kHalf = 6;
 
-// Rank 0's value of a per-rank computation.
-template <typename T, typename F>
-T on_ranks(int n, F&& f) {
-  T out{};
-  std::mutex mu;
-  ThreadGroup::run(n, [&](Communicator& c) {
-    T mine = f(c);
-    if (c.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out = std::move(mine);
-    }
-  });
-  return out;
-}
+using testing::on_ranks;
 
 struct Case {
   int stage;
