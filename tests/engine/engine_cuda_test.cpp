@@ -91,6 +91,21 @@ TEST(EngineCuda, EveryStageMatchesStageZeroBitwiseWithClipping) {
   }
 }
 
+// qwZ + qgZ on the GPU (one rank: every all-gather and reduction still packs and reads back its
+// int8 chunks, through the kernels and NCCL's grouped send / receive): the CPU engine's bits.
+TEST(EngineCuda, QuantizedCollectivesTrainBitwiseLikeTheCpuEngine) {
+  REQUIRE_DEVICE();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    RunSpec s{.stage = 3, .ranks = 1, .dtype = dt, .clip = true, .overlap = true};
+    s.qwz = s.qgz = true;
+    const RunResult cpu = testing::train(s);
+    const RunResult gpu = train_on_gpu(s);
+    EXPECT_TRUE(bitwise_equal(gpu.params, cpu.params))
+        << describe(s) << ": max |diff| " << max_abs_diff(gpu.params, cpu.params);
+    EXPECT_TRUE(bitwise_equal(gpu.masters, cpu.masters)) << describe(s) << " (masters)";
+  }
+}
+
 TEST(EngineCuda, ViewsAreDevicePointersAndMemoryIsChargedToTheDeviceTier) {
   REQUIRE_DEVICE();
   auto comm = single_gpu_comm();

@@ -75,6 +75,24 @@ TEST(Quantized, TrainsCloseToUnquantizedButNotBitForBit) {
   }
 }
 
+// On a device the host cannot address (the discrete CPU device, as a GPU is to the engine) the
+// staging and read-back run through DeviceOps alone: the same bits as on the host.
+TEST(Quantized, ADiscreteDeviceGivesTheHostsBits) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    RunSpec s;
+    s.stage = 3;
+    s.ranks = 2;
+    s.dtype = dt;
+    s.qwz = s.qgz = true;
+    s.steps = 4;
+    RunSpec d = s;
+    d.discrete = true;
+    const RunResult host = train(s), discrete = train(d);
+    EXPECT_TRUE(bitwise_equal(discrete.params, host.params)) << to_string(dt);
+    EXPECT_TRUE(bitwise_equal(discrete.masters, host.masters)) << to_string(dt);
+  }
+}
+
 TEST(Quantized, CollectivesMoveThePackedChunks) {
   const int n = 4;
   ThreadGroup::run(n, [&](Communicator& comm) {
