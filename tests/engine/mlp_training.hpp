@@ -220,7 +220,8 @@ inline std::string describe(const RunSpec& s) {
 }
 
 // Trains the MLP for 3 steps with `cfg` at n in-process ranks and expects every rank's tracked
-// bytes by category (host tier) to equal the planner's prediction; `what` names the case.
+// bytes by category (every tier but NVMe, and of it the pinned tier) to equal the planner's
+// prediction; `what` names the case.
 inline void expect_plan_equals_tracker(const Config& cfg, int n, const std::string& what) {
   const Mlp mlp(kDims);
   PlanInput pin;
@@ -238,8 +239,12 @@ inline void expect_plan_equals_tracker(const Config& cfg, int n, const std::stri
       e.step();
     }
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
-      EXPECT_EQ(e.tracker().current(static_cast<MemCategory>(c), MemTier::kHost), plan.bytes[c])
-          << to_string(static_cast<MemCategory>(c)) << ": " << what;
+      const auto cat = static_cast<MemCategory>(c);
+      const MemoryTracker& t = e.tracker();
+      EXPECT_EQ(t.current(cat) - t.current(cat, MemTier::kNvme), plan.bytes[c])
+          << to_string(cat) << ": " << what;
+      EXPECT_EQ(t.current(cat, MemTier::kPinned), plan.pinned[c])
+          << to_string(cat) << " (pinned): " << what;
     }
   });
 }

@@ -125,6 +125,28 @@ TEST(Quantized, CollectivesMoveThePackedChunks) {
   });
 }
 
+// With ZeRO-Offload (the optimizer and the parameter shards in pinned host memory) the reduced
+// shards go to the host partition and the gathers start from the pinned shards: the same
+// quantized trajectory as without offload, bit for bit, and the planner still equals the tracker.
+TEST(Quantized, OffloadKeepsTheQuantizedTrajectory) {
+  for (bool discrete : {false, true}) {
+    RunSpec s;
+    s.stage = 3;
+    s.ranks = 2;
+    s.qwz = s.qgz = true;
+    s.steps = 4;
+    s.discrete = discrete;
+    RunSpec off = s;
+    off.offload_buffers = 2;
+    off.offload_chunk = 100;
+    off.offload_param = "cpu";
+    const RunResult a = train(s), b = train(off);
+    EXPECT_TRUE(bitwise_equal(b.params, a.params)) << (discrete ? "discrete" : "host");
+    EXPECT_TRUE(bitwise_equal(b.masters, a.masters)) << (discrete ? "discrete" : "host");
+    if (!discrete) expect_plan_equals_tracker(make_config(off), off.ranks, "qwZ qgZ offload cpu");
+  }
+}
+
 TEST(Quantized, StagingPoolsAreWhatThePlannerPredicts) {
   for (bool qwz : {false, true}) {
     for (bool qgz : {false, true}) {
