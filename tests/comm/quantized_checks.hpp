@@ -173,7 +173,7 @@ inline std::string check_quantized_all_reduce(Communicator& c, DeviceOps& dev, s
   const std::size_t bytes = count * dtype_size(t);
   std::vector<char> all(bytes * static_cast<std::size_t>(n));
   c.all_gather(buf.data(), all.data(), count, t);  // moves the bits unchanged
-  for (int q = 0; q < n; ++q) {
+  for (int q = 0; q < n && bytes > 0; ++q) {
     if (std::memcmp(all.data() + q * bytes, buf.data(), bytes) != 0) {
       return detail::cat("all_reduce: rank ", q, " ended with other bits than rank ", c.rank());
     }
