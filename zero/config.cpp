@@ -291,13 +291,6 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
                                              std::to_string(z.stage));
     }
   }
-  if (policy.shard_params && z.zero_quantized_weights &&
-      z.offload_param.device == OffloadDevice::kNvme) {
-    r.fail_msg("zero_quantized_weights",
-               "the quantized parameter all-gather does not run with offload_param.device = "
-               "\"nvme\" yet (its prefetch launches the all-gather from the read buffer); use "
-               "\"cpu\" or turn one of them off");
-  }
   if (!policy.shard_optimizer && z.offload_optimizer.enabled()) {
     r.fail_msg("offload_optimizer.device",
                "optimizer offload requires zero_optimization.stage >= 1");
