@@ -39,11 +39,13 @@ GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceO
 
 GradReducer::~GradReducer() {
   // Collectives still in flight reference these buffers: let them finish first.
-  for (Pending& p : pending_) {
-    try {
-      p.handle.wait();
-    } catch (const std::exception& e) {
-      ZERO_LOG(kWarn, "a gradient reduction in flight at shutdown failed: ", e.what());
+  for (std::deque<Pending>* q : {&pending_, &replicating_}) {
+    for (Pending& p : *q) {
+      try {
+        p.handle.wait();
+      } catch (const std::exception& e) {
+        ZERO_LOG(kWarn, "a gradient reduction in flight at shutdown failed: ", e.what());
+      }
     }
   }
 }
@@ -179,44 +181,74 @@ void GradReducer::finish_front() {
       }
     }
   } else {
-    // Stages 2-3: the reduced part (the members' shards, consecutive) into the accumulated
-    // shards, which the placement keeps consecutive in unit order too.
-    const UnitId u = bucket.first;
-    const std::size_t count = bucket.merged() ? bucket.shard : placement_.lay(u).shard;
-    char* reduced = bucket.merged() ? at(p.buffer.data(), rank * bucket.shard, r_)
-                                    : at(p.buffer.data(), placement_.own_begin(u), r_);
-    const std::size_t block = placement_.in.quant_block;
+    // Stages 2-3: the group's reduction is complete (qgZ: its chunks still to be read back).
+    const Reduced r = reduced_part(p);
     if (!p.quant.empty()) {  // qgZ: the received chunks read back and summed in f32
-      finish_quantized_reduce_scatter(comm_, dev_, p.quant.data(), reduced, count, r_, block,
-                                      ReduceOp::kAvg);
+      finish_quantized_reduce_scatter(comm_, dev_, p.quant.data(), r.data, r.count, r_,
+                                      placement_.in.quant_block, ReduceOp::kAvg);
     }
-    if (replicas_ != nullptr) {  // hybrid: the group's mean, averaged across the groups
-      replicas_->tag_next(u);
-      if (!p.quant.empty()) {
-        quantized_all_reduce(*replicas_, dev_, reduced, count, r_, block, ReduceOp::kAvg,
-                             p.quant.data());
-      } else {
-        replicas_->all_reduce(reduced, reduced, count, r_, ReduceOp::kAvg);
-      }
+    if (replicas_ != nullptr) {
+      // Hybrid: the group's mean, averaged across the groups; it runs while the trainer goes on
+      // (the accumulation waits for it in finish_replica).
+      replicas_->tag_next(bucket.first);
+      p.handle = !p.quant.empty()
+                     ? start_quantized_all_gather(*replicas_, dev_, r.data, r.count, r_,
+                                                  placement_.in.quant_block, p.quant.data())
+                     : replicas_->all_reduce_async(r.data, r.data, r.count, r_, ReduceOp::kAvg);
+      replicating_.push_back(std::move(p));
+      while (replicating_.size() > placement_.max_in_flight) finish_replica();
+      return;
     }
-    if (!p.quant.empty()) quant_pool_.give(std::move(p.quant));
-    char* dst = unit_acc(u);
-    const bool first = micro_ == 0;
-    if (!on_host()) {
-      dev_.accumulate(dst, r_, reduced, r_, count, first);
-    } else {
-      // The reduced shard to the host partition: the device-to-host traffic of ZeRO-Offload (on
-      // the CPU device the same bytes, read straight from the reduce buffer).
-      TraceScope region(observer_.tracer, TraceLane::kOffload, "reduced grads to host", u,
-                        static_cast<std::int64_t>(count * rs));
-      observer_.count(&IoCounters::device_to_host, count * rs);
-      if (dev_.host_accessible()) {
-        detail::accumulate(dst, r_, reduced, r_, count, first);
-      } else {  // device -> host on the copy lane (the collective is complete), then on the host
-        dev_.copy(grad_landing_.data(), reduced, count * rs, DeviceOps::Lane::kCopy);
-        dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
-        detail::accumulate(dst, r_, grad_landing_.data(), r_, count, first);
-      }
+    accumulate_reduced(p);
+  }
+  if (p.source == Source::kBucketPool) --merged_in_flight_;
+  give(p.source, std::move(p.buffer));
+}
+
+GradReducer::Reduced GradReducer::reduced_part(Pending& p) const {
+  const Bucket& bucket = placement_.reduce_buckets[static_cast<std::size_t>(p.bucket)];
+  const UnitId u = bucket.first;
+  const auto rank = static_cast<std::size_t>(placement_.in.rank);
+  char* base = static_cast<char*>(p.buffer.data());
+  if (bucket.merged()) return {at(base, rank * bucket.shard, r_), bucket.shard};
+  return {at(base, placement_.own_begin(u), r_), placement_.lay(u).shard};
+}
+
+void GradReducer::finish_replica() {
+  Pending p = std::move(replicating_.front());
+  replicating_.pop_front();
+  p.handle.wait();
+  if (!p.quant.empty()) {  // qgZ: every replica's chunk read back, summed in rank order
+    const Reduced r = reduced_part(p);
+    finish_quantized_all_reduce(*replicas_, dev_, p.quant.data(), r.data, r.count, r_,
+                                placement_.in.quant_block, ReduceOp::kAvg);
+  }
+  accumulate_reduced(p);
+}
+
+// The reduced part (the members' shards, consecutive) into the accumulated shards, which the
+// placement keeps consecutive in unit order too; then the buffers go back to their pools.
+void GradReducer::accumulate_reduced(Pending& p) {
+  const Reduced r = reduced_part(p);
+  const UnitId u = placement_.reduce_buckets[static_cast<std::size_t>(p.bucket)].first;
+  const std::size_t rs = dtype_size(r_);
+  if (!p.quant.empty()) quant_pool_.give(std::move(p.quant));
+  char* dst = unit_acc(u);
+  const bool first = micro_ == 0;
+  if (!on_host()) {
+    dev_.accumulate(dst, r_, r.data, r_, r.count, first);
+  } else {
+    // The reduced shard to the host partition: the device-to-host traffic of ZeRO-Offload (on
+    // the CPU device the same bytes, read straight from the reduce buffer).
+    TraceScope region(observer_.tracer, TraceLane::kOffload, "reduced grads to host", u,
+                      static_cast<std::int64_t>(r.count * rs));
+    observer_.count(&IoCounters::device_to_host, r.count * rs);
+    if (dev_.host_accessible()) {
+      detail::accumulate(dst, r_, r.data, r_, r.count, first);
+    } else {  // device -> host on the copy lane (the collective is complete), then on the host
+      dev_.copy(grad_landing_.data(), r.data, r.count * rs, DeviceOps::Lane::kCopy);
+      dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
+      detail::accumulate(dst, r_, grad_landing_.data(), r_, r.count, first);
     }
   }
   if (p.source == Source::kBucketPool) --merged_in_flight_;
@@ -234,6 +266,7 @@ void GradReducer::give(Source s, Buffer b) {
 
 void GradReducer::finish_all() {
   while (!pending_.empty()) finish_front();
+  while (!replicating_.empty()) finish_replica();
 }
 
 void GradReducer::end_micro_step() {
@@ -346,12 +379,19 @@ GradReducer::Pools GradReducer::predicted_pools(const Placement& p, int grads_he
   out.grads = static_cast<std::size_t>(std::max(1, grads_held));
   std::size_t singles = 0, merged = 0;
   for (const Bucket& b : p.reduce_buckets) (b.merged() ? merged : singles) += 1;
-  const std::size_t cap = p.max_in_flight + 1;  // in flight, plus the one being launched
+  // Hybrid sharding (stages 2-3): up to max_in_flight reductions inside the group and as many
+  // all-reduces across the replicas run at once, each holding its buffers.
+  const bool replicated = p.in.replicas > 1 && p.in.policy.shard_gradients;
+  const std::size_t in_flight = p.max_in_flight * (replicated ? 2 : 1);
+  const std::size_t cap = in_flight + 1;  // in flight, plus the one being launched
   if (p.in.policy.shard_gradients && singles > 0) {
     if (p.in.working == p.in.reduce) {
-      // A reduction in flight holds its unit's gradient buffer while the next unit's is written
-      // (after the last bucket's launch no buffer is taken).
-      out.grads += std::min({p.max_in_flight, singles, p.reduce_buckets.size() - 1});
+      // A reduction in flight holds its unit's gradient buffer while the next unit's is written;
+      // the trainer takes its last buffer when all but the `out.grads` it holds open are
+      // reduced (after that no buffer is taken).
+      const std::size_t before_last_take =
+          p.reduce_buckets.size() > out.grads ? p.reduce_buckets.size() - out.grads : 0;
+      out.grads += std::min({in_flight, singles, before_last_take});
     } else {
       out.reduce = std::min(cap, singles);
     }

@@ -9,8 +9,9 @@
 // memory when ZeRO-Offload keeps the gradient partition with the optimizer).
 //
 // Stages 2-3 reduce every micro-step, as each bucket's last unit becomes ready (its
-// reduce-scatter runs while the trainer computes the backward of the units before it); stages
-// 0-1 accumulate locally and reduce once at the boundary. Reductions average over ranks; the
+// reduce-scatter runs while the trainer computes the backward of the units before it; with
+// hybrid sharding the all-reduce across the replicas follows it, also in flight); stages 0-1
+// accumulate locally and reduce once at the boundary. Reductions average over ranks; the
 // engine divides by the accumulation steps at the step (DeepSpeed's mean over N x A
 // micro-batches), so the accumulated values are sums over micro-steps of rank means.
 //
@@ -120,8 +121,19 @@ class GradReducer {
   // Starts the reduce-scatter (qgZ: quantized) of `base`, N parts of `count`, into this rank's
   // part, for p; tagged with unit `tag`.
   void start_reduce(Pending& p, char* base, std::size_t count, UnitId tag);
+  // The front reduction has completed: stage 1 and without replicas, accumulated now; with
+  // hybrid sharding the replicas' all-reduce is started (replicating_).
   void finish_front();
+  // The front all-reduce across the replicas has completed: accumulated.
+  void finish_replica();
   void finish_all();
+  // Where a stages 2-3 reduction leaves this rank's part, and its elements.
+  struct Reduced {
+    char* data;
+    std::size_t count;
+  };
+  Reduced reduced_part(Pending& p) const;
+  void accumulate_reduced(Pending& p);
   void give(Source s, Buffer b);
   GradStats stats(const void* grad, std::size_t count);
 
@@ -141,6 +153,7 @@ class GradReducer {
   std::vector<Buffer> bucket_staging_;    // per bucket: the merged bucket being packed
   std::vector<std::size_t> bucket_left_;  // per bucket: members not yet ready this micro-step
   std::deque<Pending> pending_;
+  std::deque<Pending> replicating_;  // hybrid: all-reduces across the replicas in flight
   std::size_t merged_in_flight_ = 0;
   std::int64_t micro_ = 0;
 };

@@ -122,8 +122,15 @@ std::size_t quantized_all_reduce_staging_bytes(int ranks, std::size_t count, std
 
 void quantized_all_reduce(Communicator& comm, DeviceOps& dev, void* buf, std::size_t count,
                           DType dtype, std::size_t block, ReduceOp op, void* staging) {
-  const float divisor = divisor_of("quantized all_reduce", op, comm.size());
+  divisor_of("quantized all_reduce", op, comm.size());  // refuse before sending
   start_quantized_all_gather(comm, dev, buf, count, dtype, block, staging).wait();
+  finish_quantized_all_reduce(comm, dev, staging, buf, count, dtype, block, op);
+}
+
+void finish_quantized_all_reduce(const Communicator& comm, DeviceOps& dev, const void* staging,
+                                 void* buf, std::size_t count, DType dtype, std::size_t block,
+                                 ReduceOp op) {
+  const float divisor = divisor_of("quantized all_reduce", op, comm.size());
   const QuantizedChunk c{count, block};
   dev.dequantize_sum_int8(static_cast<const char*>(staging), c.bytes(), c.scales_offset(),
                           comm.size(), count, block, divisor, buf, dtype);

@@ -89,5 +89,10 @@ std::size_t quantized_all_reduce_staging_bytes(int ranks, std::size_t count, std
 // counts hybrid sharding replicates over. REQUIRES: op is kSum or kAvg.
 void quantized_all_reduce(Communicator& comm, DeviceOps& dev, void* buf, std::size_t count,
                           DType dtype, std::size_t block, ReduceOp op, void* staging);
+// The asynchronous form: start_quantized_all_gather(comm, dev, buf, ...) into `staging`, wait,
+// then this: buf = the sum (kAvg: mean) of every rank's chunk read back, in rank order.
+void finish_quantized_all_reduce(const Communicator& comm, DeviceOps& dev, const void* staging,
+                                 void* buf, std::size_t count, DType dtype, std::size_t block,
+                                 ReduceOp op);
 
 }  // namespace zero

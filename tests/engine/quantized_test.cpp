@@ -166,18 +166,24 @@ TEST(Quantized, StagingPoolsAreWhatThePlannerPredicts) {
     for (bool qgz : {false, true}) {
       for (long hybrid : {0L, 2L}) {
         for (bool overlap : {false, true}) {
-          RunSpec s;
-          s.stage = 3;
-          s.ranks = 4;
-          s.qwz = qwz;
-          s.qgz = qgz;
-          s.hybrid = hybrid;
-          s.overlap = overlap;
-          s.reduce_bucket = overlap ? 400 : 0;
-          expect_plan_equals_tracker(make_config(s), s.ranks,
-                                     std::string(qwz ? "qwZ " : "") + (qgz ? "qgZ " : "") +
-                                         "hybrid " + std::to_string(hybrid) +
-                                         (overlap ? " overlap" : ""));
+          for (long bucket : {0L, 400L}) {
+            for (DType dt : {DType::kF32, DType::kBF16}) {
+              RunSpec s;
+              s.stage = 3;
+              s.ranks = 4;
+              s.dtype = dt;
+              s.qwz = qwz;
+              s.qgz = qgz;
+              s.hybrid = hybrid;
+              s.overlap = overlap;
+              s.reduce_bucket = bucket;
+              expect_plan_equals_tracker(
+                  make_config(s), s.ranks,
+                  std::string(qwz ? "qwZ " : "") + (qgz ? "qgZ " : "") + "hybrid " +
+                      std::to_string(hybrid) + (overlap ? " overlap" : "") + " bucket " +
+                      std::to_string(bucket) + " " + std::string(to_string(dt)));
+            }
+          }
         }
       }
     }

@@ -138,6 +138,14 @@ TEST(Harness, HybridRowsFollowTheFormulaOfTheirGroup) {
     const double state = r0["model_state"].get<double>();
     EXPECT_NEAR(state / c["formula"]["total"].get<double>(), 1.0, 0.01) << stage << " " << g;
     const double cross = r0["cross_group_bytes_per_step"].get<double>();
+    // Every category as the planner predicts it (the reductions and, with groups, the
+    // all-reduces across them in flight hold their buffers).
+    for (const char* cat :
+         {"params16", "master_params", "gradients", "optimizer_state", "comm_buffers"}) {
+      EXPECT_EQ(r0["categories"][cat]["host"]["current"].get<double>(),
+                c["predicted"][cat].get<double>())
+          << cat << ", stage " << stage << " G " << g;
+    }
     if (g == 0) {
       flat_state[stage] = state;
       EXPECT_EQ(cross, 0.0);
