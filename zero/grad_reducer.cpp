@@ -199,7 +199,8 @@ void GradReducer::finish_front() {
       while (replicating_.size() > placement_.max_in_flight) finish_replica();
       return;
     }
-    accumulate_reduced(p);
+    accumulate_reduced(p);  // gives the buffers back
+    return;
   }
   if (p.source == Source::kBucketPool) --merged_in_flight_;
   give(p.source, std::move(p.buffer));
