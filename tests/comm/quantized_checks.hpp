@@ -15,9 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "comm/collective_checks.hpp"
@@ -54,21 +52,28 @@ inline float pattern_value(Pattern p, std::uint64_t seed, int q, std::size_t i, 
   return 0.0f;
 }
 
-// The largest |x| of the block of element i (blocks from `base`) of rank q's input; each block's
-// maximum computed once per thread (the checks ask for it element by element).
-inline double block_max(Pattern p, std::uint64_t seed, int q, std::size_t i, std::size_t base,
-                        std::size_t block, std::size_t end, DType t) {
-  const std::size_t lo = base + (i - base) / block * block;
-  using Key = std::tuple<int, std::uint64_t, int, std::size_t, std::size_t, std::size_t, int>;
-  thread_local std::map<Key, double> memo;
-  const Key key{static_cast<int>(p), seed, q, lo, block, end, static_cast<int>(t)};
-  if (const auto it = memo.find(key); it != memo.end()) return it->second;
-  if (memo.size() > 100000) memo.clear();
-  double m = 0;
-  for (std::size_t j = lo; j < std::min(end, lo + block); ++j) {
-    m = std::max(m, std::fabs(static_cast<double>(pattern_value(p, seed, q, j, base, block, t))));
+// Rank q's input over [base, base + count), quantized in blocks of `block` from base: the
+// values and each block's largest |x|, computed once per check.
+struct ChunkInput {
+  std::vector<double> x, block_max;
+  std::size_t block;
+  ChunkInput(Pattern p, std::uint64_t seed, int q, std::size_t base, std::size_t count,
+             std::size_t blk, DType t)
+      : x(count), block_max((count + blk - 1) / blk, 0.0), block(blk) {
+    for (std::size_t i = 0; i < count; ++i) {
+      x[i] = pattern_value(p, seed, q, base + i, base, blk, t);
+      block_max[i / blk] = std::max(block_max[i / blk], std::fabs(x[i]));
+    }
   }
-  return memo[key] = m;
+  double max_of(std::size_t i) const { return block_max[i / block]; }
+};
+
+// Every rank's chunk of [base, base + count).
+inline std::vector<ChunkInput> all_inputs(int n, Pattern p, std::uint64_t seed, std::size_t base,
+                                          std::size_t count, std::size_t block, DType t) {
+  std::vector<ChunkInput> out;
+  for (int q = 0; q < n; ++q) out.emplace_back(p, seed, q, base, count, block, t);
+  return out;
 }
 
 // Half an ulp of the dtype, relative (the final rounding); 0 for f32 (its sum's roundings are
@@ -90,11 +95,12 @@ inline std::string check_quantized_all_gather(Communicator& c, DeviceOps& dev, s
   std::vector<char> staging(quantized_all_gather_staging_bytes(c.size(), count, block), '\x5a');
   quantized_all_gather(c, dev, send.data(), recv.data(), count, t, block, staging.data());
   if (!recv.guards_intact() || !send.guards_intact()) return "write outside the buffers";
+  const std::vector<ChunkInput> in = all_inputs(n, p, seed, 0, count, block, t);
   for (int q = 0; q < n; ++q) {
     for (std::size_t i = 0; i < count; ++i) {
-      const double x = pattern_value(p, seed, q, i, 0, block, t);
+      const double x = in[static_cast<std::size_t>(q)].x[i];
       const double got = load(recv.data(), q * count + i, t);
-      const double m = block_max(p, seed, q, i, 0, block, count, t);
+      const double m = in[static_cast<std::size_t>(q)].max_of(i);
       double bound = m * kQuantBound + std::fabs(x) * dtype_rounding(t);
       if (p == Pattern::kZeros) bound = 0;
       if (p == Pattern::kConstant) bound = t == DType::kF32 ? std::fabs(x) * 0x1p-23 : 0.0;
@@ -123,13 +129,13 @@ inline std::string check_quantized_reduce_scatter(Communicator& c, DeviceOps& de
   if (!recv.guards_intact() || !send.guards_intact()) return "write outside the buffers";
   const double div = op == ReduceOp::kAvg ? n : 1;
   const std::size_t base = static_cast<std::size_t>(r) * count;
+  const std::vector<ChunkInput> in = all_inputs(n, p, seed, base, count, block, t);
   for (std::size_t i = 0; i < count; ++i) {
     double exact = 0, bound = 0, mag = 0;
-    for (int q = 0; q < n; ++q) {
-      const double x = pattern_value(p, seed, q, base + i, base, block, t);
-      exact += x;
-      mag += std::fabs(x);
-      bound += block_max(p, seed, q, base + i, base, block, base + count, t) * kQuantBound;
+    for (const ChunkInput& q : in) {
+      exact += q.x[i];
+      mag += std::fabs(q.x[i]);
+      bound += q.max_of(i) * kQuantBound;
     }
     exact /= div;
     bound = bound / div + (mag / div) * (n * 0x1p-23) + std::fabs(exact) * dtype_rounding(t) +
@@ -155,11 +161,12 @@ inline std::string check_quantized_all_reduce(Communicator& c, DeviceOps& dev, s
   std::vector<char> staging(quantized_all_reduce_staging_bytes(c.size(), count, block));
   quantized_all_reduce(c, dev, buf.data(), count, t, block, ReduceOp::kAvg, staging.data());
   if (!buf.guards_intact()) return "write outside the buffer";
+  const std::vector<ChunkInput> in = all_inputs(n, Pattern::kRandom, seed, 0, count, block, t);
   for (std::size_t i = 0; i < count; ++i) {
     double exact = 0, bound = 0;
-    for (int q = 0; q < n; ++q) {
-      exact += pattern_value(Pattern::kRandom, seed, q, i, 0, block, t);
-      bound += block_max(Pattern::kRandom, seed, q, i, 0, block, count, t) * kQuantBound;
+    for (const ChunkInput& q : in) {
+      exact += q.x[i];
+      bound += q.max_of(i) * kQuantBound;
     }
     exact /= n;
     bound =

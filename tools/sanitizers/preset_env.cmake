@@ -4,6 +4,7 @@
 #   cmake -DPRESET=<name> -DSOURCE_DIR=<root> -P preset_env.cmake
 #   -> export NAME='value'      for each entry of "environment" (${sourceDir} expanded)
 #   -> ZERO_CTEST_LABELS='re'   the preset's filter.include.label, when it has one
+#   -> ZERO_CTEST_EXCLUDE_LABELS='re'   its filter.exclude.label, when it has one
 file(READ "${SOURCE_DIR}/CMakePresets.json" presets)
 string(JSON count LENGTH "${presets}" testPresets)
 math(EXPR last "${count} - 1")
@@ -26,6 +27,11 @@ foreach(i RANGE ${last})
   string(JSON label ERROR_VARIABLE no_label GET "${presets}" testPresets ${i} filter include label)
   if(NOT no_label)
     message("ZERO_CTEST_LABELS='${label}'")
+  endif()
+  string(JSON exclude ERROR_VARIABLE no_exclude GET "${presets}" testPresets ${i} filter exclude
+         label)
+  if(NOT no_exclude)
+    message("ZERO_CTEST_EXCLUDE_LABELS='${exclude}'")
   endif()
   return()
 endforeach()
