@@ -32,7 +32,7 @@
 
 namespace zero {
 
-// Elements per quantization block unless configured (zero_optimization.zero_quantized_block).
+// Elements per quantization block unless configured (zero_optimization.quantization_block_size).
 inline constexpr std::size_t kDefaultQuantBlock = 256;
 
 // One rank's packed chunk of `count` elements in blocks of `block`.
