@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "zero/device_ops.hpp"
 #include "zero/error.hpp"
 #include "zero/log.hpp"
+#include "zero/quantize.hpp"
 
 namespace zero {
 
@@ -114,10 +116,8 @@ class CudaDeviceOps final : public DeviceOps {
     check(cudaMemcpy(&raw, static_cast<const char*>(src) + first * es, es, cudaMemcpyDeviceToHost),
           "cudaMemcpy", index_);
     zero::convert(&raw, dtype, &v, DType::kF32, 1);
-    ZERO_THROW(kInvalidArgument, "quantize_int8 on cuda:", index_, ": element ", first, " (block ",
-               first / block, " of ", block, " elements, ", to_string(dtype), ") is ", v,
-               ": block-wise int8 quantization carries finite values only (a non-finite "
-               "gradient or parameter upstream?)");
+    detail::throw_non_finite("quantize_int8 on cuda:" + std::to_string(index_), first, block, dtype,
+                             v);
   }
   void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
                            std::size_t count, std::size_t block, float divisor, void* dst,

@@ -80,14 +80,13 @@ void check_node_groups(Communicator& world, int g) {
 
 }  // namespace
 
-std::unique_ptr<Communicator> hybrid_group(Communicator& world, const Config& config,
-                                           detail::Ownership ownership, bool shard) {
+HybridGroups hybrid_groups(Communicator& world, const Config& config, detail::Ownership ownership) {
   const int n = world.size();
   const int g = detail::hybrid_shard_size(config, n);
   if (config.zero_optimization.hybrid_shard_size == ZeroOptimizationConfig::kHybridShardNode) {
     check_node_groups(world, g);
   }
-  if (g == 0 || g == n) return nullptr;  // detail::shard_width: all ranks
+  if (g == 0 || g == n) return {};  // detail::shard_width: all ranks
   ZERO_CHECK(ownership == detail::Ownership::kManaged, kConfig,
              "config key 'zero_optimization.hybrid_shard_size' = ", g,
              ": hybrid sharding needs the managed engine (attach mode shards over all ranks)");
@@ -98,7 +97,10 @@ std::unique_ptr<Communicator> hybrid_group(Communicator& world, const Config& co
             in_group = world.rank() % static_cast<int>(g);
   // The shard group: ranks [group * g, group * g + g); the replica group: the ranks with the
   // same position in every group (they hold the same shard).
-  return shard ? world.split(group, in_group) : world.split(in_group, group);
+  HybridGroups out;
+  out.shard = world.split(group, in_group);
+  out.replicas = world.split(in_group, group);
+  return out;
 }
 
 // The batch keys are checked (and the missing one derived, as DeepSpeed does) against the world
@@ -154,7 +156,7 @@ Engine::Buffers Engine::buffer_bytes() const {
 MemoryReport Engine::memory_report() const { return impl_->tracker->report(); }
 Communicator& Engine::comm() noexcept { return impl_->comm; }
 Communicator& Engine::world() noexcept { return impl_->world; }
-Communicator* Engine::replicas() noexcept { return impl_->replica_group.get(); }
+Communicator* Engine::replicas() noexcept { return impl_->groups.replicas.get(); }
 
 void Engine::set_param(UnitId u, int param, const float* values, std::size_t count) {
   Impl& m = *impl_;

@@ -26,17 +26,18 @@ namespace zero {
 using detail::at;
 
 // Hybrid sharding (zero_optimization.hybrid_shard_size = G): the group of G consecutive ranks the
-// engine shards over (shard = true) or the ranks holding the same shard in the other groups
-// (shard = false); null when the engine shards over all of `world`. Collective (both splits run
-// on every rank, in this order). Throws kConfig when G does not divide the world or the engine is
-// attached.
-std::unique_ptr<Communicator> hybrid_group(Communicator& world, const Config& config,
-                                           detail::Ownership ownership, bool shard);
+// engine shards over, and the ranks holding the same shard in the other groups; both null when
+// the engine shards over all of `world`. Collective (the splits run on every rank). Throws
+// kConfig when G does not divide the world or the engine is attached.
+struct HybridGroups {
+  std::unique_ptr<Communicator> shard, replicas;
+};
+HybridGroups hybrid_groups(Communicator& world, const Config& config, detail::Ownership ownership);
 
 struct Engine::Impl final : offload::ShardAccess {
-  Communicator& world;                                       // the caller's communicator
-  std::unique_ptr<Communicator> shard_group, replica_group;  // hybrid sharding only
-  Communicator& comm;  // what the engine shards over: its group, else `world`
+  Communicator& world;  // the caller's communicator
+  HybridGroups groups;  // hybrid sharding only
+  Communicator& comm;   // what the engine shards over: its group, else `world`
   Config cfg;
   EngineOptions opts;
   detail::Ownership ownership;
@@ -83,9 +84,8 @@ struct Engine::Impl final : offload::ShardAccess {
 
   Impl(Communicator& c, const Config& config, EngineOptions o, detail::Ownership own)
       : world(c),
-        shard_group(hybrid_group(c, config, own, /*shard=*/true)),
-        replica_group(hybrid_group(c, config, own, /*shard=*/false)),
-        comm(shard_group != nullptr ? *shard_group : c),
+        groups(hybrid_groups(c, config, own)),
+        comm(groups.shard != nullptr ? *groups.shard : c),
         cfg(config),
         opts(std::move(o)),
         ownership(own),
@@ -126,11 +126,11 @@ struct Engine::Impl final : offload::ShardAccess {
                ")");
     input = detail::placement_input(cfg, {}, comm.size(), comm.rank(), opts.alignment, own,
                                     dev->host_accessible(),
-                                    replica_group != nullptr ? replica_group->size() : 1);
+                                    groups.replicas != nullptr ? groups.replicas->size() : 1);
     // Last: a constructor that throws runs no destructor to take the tracer back.
     if (tracer != nullptr) {
       comm.set_tracer(tracer);
-      if (replica_group != nullptr) replica_group->set_tracer(tracer);
+      if (groups.replicas != nullptr) groups.replicas->set_tracer(tracer);
     }
   }
 
@@ -141,7 +141,7 @@ struct Engine::Impl final : offload::ShardAccess {
     gatherer.reset();
     reducer.reset();
     if (tracer != nullptr && comm.tracer() == tracer) comm.set_tracer(nullptr);
-    if (replica_group != nullptr) replica_group->set_tracer(nullptr);
+    if (groups.replicas != nullptr) groups.replicas->set_tracer(nullptr);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -184,8 +184,8 @@ struct Engine::Impl final : offload::ShardAccess {
     }
     gatherer = std::make_unique<detail::ParamGatherer>(
         p, cfg, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
-    reducer = std::make_unique<detail::GradReducer>(p, comm, *dev, host_optimizer, *tracker,
-                                                    trainer_grads, observer(), replica_group.get());
+    reducer = std::make_unique<detail::GradReducer>(
+        p, comm, *dev, host_optimizer, *tracker, trainer_grads, observer(), groups.replicas.get());
     if (p.offloaded) {
       offloaded = std::make_unique<offload::OffloadedOptimizer>(
           p, cfg, *dev, host_optimizer, oparams, *tracker, *this, observer());

@@ -28,7 +28,7 @@ void Engine::Impl::open_window() {
   window = StepMetrics{};
   if (window_start == TraceClock::time_point{}) window_start = TraceClock::now();
   comm_at_start = comm.stats();
-  if (replica_group != nullptr) replicas_at_start = replica_group->stats();
+  if (groups.replicas != nullptr) replicas_at_start = groups.replicas->stats();
   read_io(io, io_at_start);
 }
 
@@ -51,8 +51,8 @@ StepMetrics Engine::Impl::close_window(bool boundary) {
     return since(c.bytes_sent(), start.bytes_sent());
   };
   add(comm.stats(), comm_at_start);
-  if (replica_group != nullptr) {
-    m.comm_cross_group_bytes_sent = add(replica_group->stats(), replicas_at_start);
+  if (groups.replicas != nullptr) {
+    m.comm_cross_group_bytes_sent = add(groups.replicas->stats(), replicas_at_start);
   }
   std::uint64_t io_now[4];
   read_io(io, io_now);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "zero/detail/quantize_math.hpp"
@@ -98,52 +99,30 @@ std::size_t num_blocks(std::size_t count, std::size_t block) {
 
 void quantize_int8(const float* x, std::size_t count, std::size_t block, std::int8_t* q,
                    float* scales, Isa isa) {
-  check_args("quantize_int8", x, q, scales, count, block, isa);
-  const bool wide = isa == Isa::kAvx512;
-  // The first non-finite element (the smallest index any task saw), reported after the loop.
-  std::atomic<std::size_t> bad{std::numeric_limits<std::size_t>::max()};
-  for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t n) {
-    const quant::BlockMax m =
-        wide ? quant::avx512::block_max(x + lo, n) : quant::scalar::block_max(x + lo, n);
-    if (!m.finite) {
-      std::size_t i = lo;
-      while (std::isfinite(x[i])) ++i;
-      std::size_t seen = bad.load(std::memory_order_relaxed);
-      while (i < seen && !bad.compare_exchange_weak(seen, i, std::memory_order_relaxed)) {
-      }
-      return;
-    }
-    scales[b] = quant::block_scale(m.absmax);
-    const float inverse = quant::block_inverse(m.absmax);
-    (wide ? quant::avx512::quantize : quant::scalar::quantize)(x + lo, n, inverse, q + lo);
-  });
-  const std::size_t i = bad.load();
-  ZERO_CHECK(i == std::numeric_limits<std::size_t>::max(), kInvalidArgument,
-             "quantize_int8: element ", i, " (block ", i / block, " of ", block, " elements) is ",
-             x[i],
-             ": block-wise int8 quantization carries finite values only (a non-finite gradient "
-             "or parameter upstream?)");
+  quantize_int8(x, DType::kF32, count, block, q, scales, isa);
 }
 
 void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t block, std::int8_t* q,
                    float* scales, Isa isa) {
-  if (dtype == DType::kF32) {
-    quantize_int8(static_cast<const float*>(x), count, block, q, scales, isa);
-    return;
-  }
   check_args("quantize_int8", x, q, scales, count, block, isa);
   const bool wide = isa == Isa::kAvx512;
   const std::size_t es = dtype_size(dtype);
+  // The first non-finite element (the smallest index any task saw), reported after the loop.
   std::atomic<std::size_t> bad{std::numeric_limits<std::size_t>::max()};
   for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t n) {
-    thread_local std::vector<float> wide_x;  // the block in f32 (exact for 16-bit input)
-    wide_x.resize(n);
-    convert(static_cast<const char*>(x) + lo * es, dtype, wide_x.data(), DType::kF32, n);
-    const quant::BlockMax m = wide ? quant::avx512::block_max(wide_x.data(), n)
-                                   : quant::scalar::block_max(wide_x.data(), n);
+    // The block in f32: read in place, or converted (exact for 16-bit input).
+    const float* xb = static_cast<const float*>(x) + lo;
+    if (dtype != DType::kF32) {
+      thread_local std::vector<float> wide_x;
+      wide_x.resize(n);
+      convert(static_cast<const char*>(x) + lo * es, dtype, wide_x.data(), DType::kF32, n);
+      xb = wide_x.data();
+    }
+    const quant::BlockMax m =
+        wide ? quant::avx512::block_max(xb, n) : quant::scalar::block_max(xb, n);
     if (!m.finite) {
       std::size_t i = 0;
-      while (std::isfinite(wide_x[i])) ++i;
+      while (std::isfinite(xb[i])) ++i;
       std::size_t seen = bad.load(std::memory_order_relaxed);
       while (lo + i < seen && !bad.compare_exchange_weak(seen, lo + i, std::memory_order_relaxed)) {
       }
@@ -151,17 +130,25 @@ void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t bl
     }
     scales[b] = quant::block_scale(m.absmax);
     (wide ? quant::avx512::quantize : quant::scalar::quantize)(
-        wide_x.data(), n, quant::block_inverse(m.absmax), q + lo);
+        xb, n, quant::block_inverse(m.absmax), q + lo);
   });
   const std::size_t i = bad.load();
   if (i == std::numeric_limits<std::size_t>::max()) return;
   float v = 0.0f;
   convert(static_cast<const char*>(x) + i * es, dtype, &v, DType::kF32, 1);
-  ZERO_THROW(kInvalidArgument, "quantize_int8: element ", i, " (block ", i / block, " of ", block,
-             " elements, ", to_string(dtype), ") is ", v,
+  detail::throw_non_finite("quantize_int8", i, block, dtype, v);
+}
+
+namespace detail {
+void throw_non_finite(std::string_view where, std::size_t i, std::size_t block, DType dtype,
+                      float value) {
+  ZERO_THROW(kInvalidArgument, where, ": element ", i, " (block ", i / block, " of ", block,
+             " elements", dtype == DType::kF32 ? "" : ", ",
+             dtype == DType::kF32 ? std::string_view() : to_string(dtype), ") is ", value,
              ": block-wise int8 quantization carries finite values only (a non-finite gradient "
              "or parameter upstream?)");
 }
+}  // namespace detail
 
 void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
                          std::size_t count, std::size_t block, float divisor, void* out,
@@ -175,10 +162,10 @@ void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t sca
   const bool wide = isa == Isa::kAvx512;
   const auto dequantize = wide ? quant::avx512::dequantize : quant::scalar::dequantize;
   const std::size_t es = dtype_size(dtype);
+  const bool direct = dtype == DType::kF32 && divisor == 1.0f;  // sum straight into out
   for_blocks(count, block, [&](std::size_t b, std::size_t lo, std::size_t len) {
     thread_local std::vector<float> acc;
-    acc.resize(len);
-    const bool direct = dtype == DType::kF32 && divisor == 1.0f;  // sum straight into out
+    if (!direct) acc.resize(len);
     float* sum = direct ? static_cast<float*>(out) + lo : acc.data();
     for (int k = 0; k < n; ++k) {
       const char* chunk = chunks + static_cast<std::size_t>(k) * stride;

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "zero/cpu_features.hpp"
 #include "zero/dtype.hpp"
@@ -58,5 +59,12 @@ void quantize_int8(const void* x, DType dtype, std::size_t count, std::size_t bl
 void dequantize_sum_int8(const char* chunks, std::size_t stride, std::size_t scales_offset, int n,
                          std::size_t count, std::size_t block, float divisor, void* out,
                          DType dtype, Isa isa = best_isa());
+
+namespace detail {
+// The error of a non-finite element i (of `dtype`, read as f32 `value`) met by `where`:
+// zero::Error(kInvalidArgument) naming it and its block. Shared by the CPU and CUDA paths.
+[[noreturn]] void throw_non_finite(std::string_view where, std::size_t i, std::size_t block,
+                                   DType dtype, float value);
+}  // namespace detail
 
 }  // namespace zero
