@@ -1,6 +1,7 @@
 // zero-bench's command line and per-configuration engine config (see bench/bench_options.hpp).
 #include "bench/bench_options.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "gpt/gpt_flags.hpp"
@@ -120,6 +121,9 @@ Options parse(int argc, char** argv) {
   if (o.batch < 1) usage_error("--batch must be >= 1");
   for (int s : o.stages) {
     if (s < 0 || s > 3) usage_error("--stages takes stages 0..3, got " + std::to_string(s));
+  }
+  if (o.quantized && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()) {
+    usage_error("--quantized runs stage 3 (ZeRO++ quantizes its collectives); --stages has no 3");
   }
   for (const auto& c : o.checkpoints) (void)CheckpointSpec::parse(c);
   for (const auto& f : o.offloads) {

@@ -423,7 +423,6 @@ int run(int argc, char** argv) {
   }
   if (o.quantized) {  // ZeRO++ quantizes stage 3's collectives: flat, and hybrid with --hybrid
     for (const std::string& ck : o.checkpoints) {
-      if (std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()) break;
       add_kind(3, ck, "none", 0, true);
       if (o.hybrid > 0) add_kind(3, ck, "none", o.hybrid, true);
     }

@@ -219,6 +219,9 @@ TEST(Harness, BadFlagsAreClearErrors) {
   EXPECT_EQ(e.status, 2);
   EXPECT_NE(e.out.find("--offload"), std::string::npos) << e.out;
   EXPECT_NE(e.out.find("zero-bench --help"), std::string::npos) << e.out;
+  const CmdResult q = run(std::string(ZERO_BENCH_BIN) + " --stages 1,2 --quantized");
+  EXPECT_EQ(q.status, 2);
+  EXPECT_NE(q.out.find("--quantized runs stage 3"), std::string::npos) << q.out;
   const CmdResult f = run(std::string(ZERO_TRAIN_BIN) + " --memory-budget lots");
   EXPECT_EQ(f.status, 2);
   EXPECT_NE(f.out.find("--memory-budget"), std::string::npos) << f.out;
