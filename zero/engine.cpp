@@ -209,11 +209,18 @@ void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
   const auto& pl = m.lay(u).params.at(static_cast<std::size_t>(param));
   ZERO_CHECK(count == pl.numel, kInvalidArgument, "read_param('", m.name(u), "'): ", count,
              " values for a parameter of ", pl.numel, " elements");
-  // Not a training gather: it neither enters the recorded order nor starts prefetches.
-  m.gatherer->acquire(u);
-  GatherGuard g(this, u);
+  const GatherGuard g = read_unit(u);
   const View v = g.param(param);
   detail::to_host_f32(*m.dev, *m.tracker, v.data, m.w, /*on_device=*/true, out, count);
+}
+
+GatherGuard Engine::read_unit(UnitId u) {
+  Impl& m = *impl_;
+  m.check_unit(u, "read_unit");
+  m.lay_out();
+  // Not a training gather: it neither enters the recorded order nor starts prefetches.
+  m.gatherer->acquire(u);
+  return GatherGuard(this, u);
 }
 
 GatherGuard Engine::gather(UnitId u) {

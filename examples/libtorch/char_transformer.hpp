@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace char_transformer {
@@ -69,12 +70,24 @@ struct ModelImpl : torch::nn::Module {
       blocks.push_back(register_module("block" + std::to_string(l), Block(d)));
   }
 
+  // How a block runs: given the block's forward and its input, return its output. Empty: the
+  // block is called plainly; a trainer passes an activation-checkpointing wrapper here.
+  using BlockRunner = std::function<torch::Tensor(
+      const std::function<torch::Tensor(const torch::Tensor&)>& block, const torch::Tensor& x)>;
+
   // tokens [B, T] (int64) -> logits [B, T, vocab], float32 whatever the parameters' dtype.
-  torch::Tensor forward(const torch::Tensor& tokens) {
+  torch::Tensor forward(const torch::Tensor& tokens, const BlockRunner& run = nullptr) {
     const auto T = tokens.size(1);
     auto pos = torch::arange(T, torch::kLong);
     auto x = wte->forward(tokens) + wpe->forward(pos);
-    for (auto& b : blocks) x = b->forward(x);
+    for (auto& b : blocks) {
+      if (!run) {
+        x = b->forward(x);
+        continue;
+      }
+      Block block = b;  // a holder (shared pointer): the wrapper may call it after this returns
+      x = run([block](const torch::Tensor& in) mutable { return block->forward(in); }, x);
+    }
     return head->forward(ln_f->forward(x)).to(torch::kFloat);
   }
 
@@ -86,8 +99,9 @@ struct ModelImpl : torch::nn::Module {
 TORCH_MODULE(Model);
 
 // Mean cross-entropy of next-token prediction over the batch.
-inline torch::Tensor loss(Model& model, const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto logits = model->forward(tokens);
+inline torch::Tensor loss(Model& model, const torch::Tensor& tokens, const torch::Tensor& targets,
+                          const ModelImpl::BlockRunner& run = nullptr) {
+  auto logits = model->forward(tokens, run);
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               targets.reshape({-1}));
 }

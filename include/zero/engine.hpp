@@ -236,6 +236,10 @@ class Engine {
   // the unit if it is not gathered); it does not change the recorded gather order.
   void read_param(UnitId u, int param, float* out, std::size_t count);
 
+  // Collective in stage 3: makes unit u's parameters whole for the guard's lifetime, outside
+  // training — like read_param, it neither enters the recorded gather order nor starts a
+  // prefetch (a full-weights export reads every unit once through it).
+  GatherGuard read_unit(UnitId u);
   // Makes unit u's parameters whole for the guard's lifetime; stage 3 all-gathers (waiting for a
   // prefetch in flight) and starts the prefetch of the next unit in the recorded order.
   GatherGuard gather(UnitId u);

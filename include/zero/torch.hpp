@@ -44,13 +44,17 @@
 #include <torch/torch.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "zero/ckpt.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
+#include "zero/memory.hpp"
 
 namespace zero::torch {
 
@@ -126,6 +130,41 @@ class Optimizer {
   // gathered), for evaluation or saving after training. The optimizer cannot step afterwards.
   void detach();
 
+  // ---- full weights and checkpoints mid-training (training goes on bitwise as if not called)
+  // Collective (every rank, at the same point, between step() and the next backward): calls
+  // fn(name, values) for every trained parameter, unit by unit in unit order: `values` is its
+  // full current value (the parameter's shape, the working dtype), valid during the call only.
+  // Stage 3 gathers each unit once, outside the recorded order (no prefetch is disturbed), and
+  // releases it before the next: the peak is one unit more than training's. rank0_only: the
+  // other ranks take part in the gathers and get no calls.
+  void for_each_full_parameter(
+      const std::function<void(const std::string& name, const at::Tensor& values)>& fn,
+      bool rank0_only = false);
+  // Collective: state_dict-like, name -> an owned copy of every trained parameter's full value
+  // (rank0_only: an empty map on the other ranks).
+  ::torch::OrderedDict<std::string, at::Tensor> full_state_dict(bool rank0_only = false);
+  // Collective: writes `model` to `path` as torch::save(model, path) does (Module::save's
+  // archive: each module's parameters, buffers and children), with every trained parameter's
+  // full current value as `dtype`; torch::load(model, path) reads it into a fresh model. The
+  // default f32 is what a freshly constructed module holds: LibTorch 1.13's torch::load
+  // reinterprets the bytes when the archive's dtype and the module's differ, so write the
+  // dtype of the model that will load it (bf16 working values widen to f32 exactly). Rank 0
+  // writes, to `path`.tmp renamed over `path` (a failed write leaves an earlier file as it
+  // was). Throws kIO naming the file. At stage 3 torch::save(model) itself throws (the released
+  // parameters hold no memory: "PytorchStreamWriter failed writing file data/<k>: invalid
+  // parameter"); at stages 0-2 it works and writes the working dtype.
+  void save_model(const ::torch::nn::Module& model, const std::string& path,
+                  at::ScalarType dtype = at::kFloat);
+  // Collective: ckpt::Saver::save of this optimizer's engine (construct the saver with
+  // engine()), with the trainer's opaque bytes (its data position: the next batch, the RNG).
+  // REQUIRES: after step(), not between backward() and step().
+  ckpt::SaveInfo save_checkpoint(ckpt::Saver& saver, std::string_view trainer_state = {});
+  // Collective: ckpt::load into this optimizer (any saved world size and stage; same units).
+  // REQUIRES: before the first step() (a forward before it is fine: its gathered units are
+  // released first). The trainer's bytes are in the result; the parameters the module sees
+  // are the loaded ones.
+  ckpt::LoadResult load_checkpoint(const std::string& path);
+
   Engine& engine() noexcept;
   const std::vector<TensorUnit>& units() const noexcept;
   // All parameters in unit order (what tensor_bytes() is asked about).
@@ -135,6 +174,56 @@ class Optimizer {
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+// ---- activation checkpointing (LibTorch's C++ API has no torch::utils::checkpoint)
+// checkpoint(fn, inputs): runs fn on the inputs without keeping its activations (grad mode off:
+// no graph inside fn), keeps only the inputs, and in backward runs fn again on them with grad
+// mode on and backpropagates through the recomputed graph — PyTorch's reentrant checkpoint. The
+// CPU generator's state at the forward is restored for the recompute (dropout draws the same
+// mask), so on the CPU the gradients are bitwise those of fn run plainly. Parameters fn reads
+// get their gradients during the recompute (the optimizer's hooks hand their units over then);
+// at stage 3 the recompute's operators gather the units again. Inputs that are not floating
+// point (token ids) are kept and get no gradient.
+//
+// The config's activation_checkpointing keys: number_checkpoints is the segment count of
+// sequential() (evenly spread, as the engine's Checkpointer); cpu_checkpointing keeps the inputs
+// in host memory (a CUDA input is copied there and back for the recompute; the adapter's CPU
+// tensors are host memory already: no copy, the same bytes). The other keys of the block are
+// DeepSpeed's partitioning of the kept inputs across model-parallel ranks, which has no meaning
+// with data parallelism alone (the config reader says so). The inputs kept are charged to the
+// tracker as kActivations (tier device, or pinned with cpu_checkpointing) from the forward until
+// the checkpoint's graph is freed (after its backward).
+//
+// Thread safety: one per rank, used from that rank's thread.
+class ActivationCheckpointing {
+ public:
+  using Layer = std::function<at::Tensor(const at::Tensor&)>;
+  using Fn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+  // The optimizer's config and its engine's tracker.
+  explicit ActivationCheckpointing(Optimizer& optimizer);
+  // Any config (its activation_checkpointing block); `tracker` may be null (nothing charged)
+  // and must outlive every graph this builds.
+  ActivationCheckpointing(const Config& config, MemoryTracker* tracker);
+
+  // REQUIRES: fn deterministic given its inputs and the CPU generator's state; fn returns
+  // tensors. Grad mode off (inference): fn runs plainly.
+  std::vector<at::Tensor> checkpoint(const Fn& fn, const std::vector<at::Tensor>& inputs);
+  at::Tensor checkpoint(const Layer& fn, const at::Tensor& input);
+  // checkpoint_sequential: `layers` in `segments` segments (0: the config's number_checkpoints;
+  // neither: one segment per layer), each run through checkpoint(); the last segment's output
+  // is returned. Throws kInvalidArgument for no layers or segments > layers.
+  at::Tensor sequential(const std::vector<Layer>& layers, const at::Tensor& input,
+                        int segments = 0);
+
+  bool cpu_checkpointing() const noexcept { return cpu_; }
+  int number_checkpoints() const noexcept { return segments_; }
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  bool cpu_ = false;
+  int segments_ = 0;
 };
 
 }  // namespace zero::torch

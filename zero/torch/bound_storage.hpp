@@ -34,10 +34,13 @@ struct BoundTensor {
   c10::StorageImpl* storage = nullptr;  // owned by the tensor's Storage
 };
 
-// A CPU tensor of `shape` and `dtype` over an empty, non-resizable storage of no allocator.
+// A CPU tensor of `shape` and `dtype` over a non-resizable storage of no allocator and no memory
+// (unbound: its byte size is the tensor's, its data null).
 inline BoundTensor make_bound_tensor(const std::vector<std::int64_t>& shape, DType dtype) {
+  std::size_t bytes = dtype_size(dtype);
+  for (const std::int64_t d : shape) bytes *= static_cast<std::size_t>(d);
   auto storage = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
+      c10::StorageImpl::use_byte_size_t(), bytes, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
       /*allocator=*/nullptr, /*resizable=*/false);
   c10::StorageImpl* raw = storage.get();
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
@@ -54,7 +57,12 @@ inline void bind(c10::StorageImpl* s, void* data, std::size_t bytes) {
 
 inline void bind(c10::StorageImpl* s, const View& v) { bind(s, v.data, v.bytes()); }
 
-inline void unbind(c10::StorageImpl* s) { bind(s, nullptr, 0); }
+// Unbound (a released stage-3 unit): no memory, the byte size kept. A null buffer of nonzero
+// size is what LibTorch's writer refuses: torch::save of the model (or of the parameter) throws
+// ("PytorchStreamWriter failed writing file data/<k>: invalid parameter") instead of writing an
+// empty storage that torch::load accepts and the first use of crashes on; a kernel reading it
+// fails with LibTorch's "data is not allocated yet", as for a 0-byte storage.
+inline void unbind(c10::StorageImpl* s) { bind(s, nullptr, s->nbytes()); }
 
 // A tensor over memory the caller keeps alive (the engine's gradient buffer of a parameter).
 inline at::Tensor view_tensor(const View& v, const std::vector<std::int64_t>& shape) {

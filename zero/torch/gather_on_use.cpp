@@ -8,6 +8,7 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "zero/error.hpp"
@@ -19,13 +20,25 @@ namespace {
 
 thread_local GatherOnUse* tls_current = nullptr;
 
+// Tensor::backward() is the operator aten::_backward, which runs autograd's engine: the backward
+// nodes' operators run inside it but hold no pointer of its (it reads the loss and its gradient),
+// so it does not count as an enclosing operator — else nothing would be released in backward.
+bool encloses(const at::RecordFunction& fn) {
+  return std::strcmp(fn.name(), "aten::_backward") != 0;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   GatherOnUse* g = tls_current;
-  if (g != nullptr) {
+  if (g != nullptr && encloses(fn)) {
     const auto inputs = fn.inputs();
     g->on_operator(inputs.data(), inputs.size());
   }
   return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  GatherOnUse* g = tls_current;
+  if (g != nullptr && encloses(fn)) g->on_operator_end();
 }
 
 }  // namespace
@@ -40,8 +53,9 @@ GatherOnUse::GatherOnUse(Engine& engine, std::vector<std::vector<c10::StorageImp
     for (c10::StorageImpl* s : storages_[static_cast<std::size_t>(u)]) unit_of_.emplace(s, u);
   previous_ = tls_current;
   tls_current = this;
-  callback_ = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(on_start).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  callback_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                             .needsInputs(true)
+                                             .scopes({at::RecordScope::FUNCTION}));
 }
 
 GatherOnUse::~GatherOnUse() {
@@ -55,6 +69,10 @@ GatherOnUse::~GatherOnUse() {
 }
 
 void GatherOnUse::on_operator(const c10::IValue* inputs, std::size_t count) {
+  // The depth before this operator: 0 for one the trainer (or autograd's engine) called, more
+  // for an operator another one runs (aten::linear runs aten::t and aten::addmm, aten::addmm
+  // runs aten::expand on the bias): the outer operator may hold pointers into any unit it read.
+  const int depth = depth_++;
   touched_.clear();
   for (std::size_t k = 0; k < count; ++k) {
     const c10::IValue& v = inputs[k];
@@ -67,10 +85,15 @@ void GatherOnUse::on_operator(const c10::IValue* inputs, std::size_t count) {
   }
   if (touched_.empty()) return;  // an operator on activations only: nothing changes
   for (UnitId u : touched_) gather(u);
+  if (depth > 0) return;  // inside another operator: release nothing
   for (UnitId u = 0; u < static_cast<UnitId>(live_.size()); ++u)
     if (live_[static_cast<std::size_t>(u)] &&
         std::find(touched_.begin(), touched_.end(), u) == touched_.end())
       release(u);
+}
+
+void GatherOnUse::on_operator_end() {
+  if (depth_ > 0) --depth_;  // (an operator that began before the callback was added: none)
 }
 
 void GatherOnUse::see(const at::Tensor& t) {

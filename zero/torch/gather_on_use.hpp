@@ -8,10 +8,21 @@
 // StorageImpl up among the units' parameter storages (views share it: weight.t(), the tensors
 // autograd saves for backward); for every unit the operator reads it gathers the unit
 // (Engine::gather: the all-gather, or the prefetch already in flight, and the prefetch of what
-// comes next) and binds the parameters' storages to the gathered buffer; the units the operator
-// does not read are released. So a unit is live from its first operator to the first operator
-// that reads another unit's parameters — the module-boundary release of FSDP without hooks on
-// modules — and again in backward, where autograd's kernels read the saved parameters.
+// comes next) and binds the parameters' storages to the gathered buffer.
+//
+// The release rule, safe by construction: units are released only when a top-level operator
+// starts (one no other operator of this thread is running: the trainer's call, or an operator
+// autograd's engine runs for a backward node), and then only the units that operator does not
+// read. An operator's kernel may hold pointers into every unit it read until it returns, and it
+// may run nested operators on part of its inputs (aten::addmm reads the weight's and the bias's
+// units, then runs aten::expand on the bias alone): a nested operator gathers what it reads and
+// releases nothing. Every pointer into a unit is taken by an operator on this thread (views and
+// autograd's saved tensors share the parameter's storage, so reading them gathers it), and at a
+// top-level start none is running: what is released is read by no one. So a unit is live from
+// the first operator that reads it to the next top-level operator that reads other units and
+// not it — the module-boundary release of FSDP without hooks on modules — and again in
+// backward, where autograd's kernels read the saved parameters. The depth is counted by the
+// callback's end half (RecordFunction calls it when the operator returns or throws).
 //
 // LibTorch catches and logs every exception a RecordFunction callback throws, so a failed gather
 // is kept (error()) and the unit's storages are bound to zeros for the kernel that is about to
@@ -41,6 +52,8 @@ class GatherOnUse {
 
   // Called by the callback with the operator's inputs (tensors and tensor lists).
   void on_operator(const c10::IValue* inputs, std::size_t count);
+  // Called by the callback when an operator returns (or throws).
+  void on_operator_end();
   // Releases every gathered unit (before the engine's step, or detach()).
   void release_all();
   // The first error a gather hit (null: none).
@@ -62,6 +75,7 @@ class GatherOnUse {
   std::vector<std::vector<char>> fallback_;  // zeros a kernel reads after a failed gather
   std::exception_ptr error_;
   std::size_t gathers_ = 0;
+  int depth_ = 0;  // operators running on this thread (the one starting included, in on_operator)
   std::uint64_t callback_ = 0;
   GatherOnUse* previous_ = nullptr;  // the thread's previous instance (nested optimizers)
 };

@@ -154,8 +154,9 @@ TensorBytes tensor_bytes(const std::vector<at::Tensor>& params) {
   std::unordered_set<const void*> seen;
   auto count = [&](const at::Tensor& t, std::size_t& into) {
     if (!t.defined() || !t.has_storage()) return;
-    const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    if (seen.insert(s).second) into += s->nbytes();
+    const c10::StorageImpl* s = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+    // A released stage-3 parameter keeps its byte size and holds no memory (bound_storage.hpp).
+    if (seen.insert(s).second && s->data() != nullptr) into += s->nbytes();
   };
   for (const at::Tensor& p : params) {
     count(p, b.params);

@@ -1,0 +1,63 @@
+// zero/torch/optimizer_impl.hpp — the state behind zero::torch::Optimizer (zero/torch.hpp),
+// shared by the files that implement it: optimizer.cpp (binding, hooks, step), full_weights.cpp
+// (full weights and checkpoints mid-training).
+//
+// Thread safety: one rank's optimizer, used from that rank's thread.
+#pragma once
+
+#include <torch/csrc/autograd/function.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/torch.hpp"
+#include "zero/torch/bound_storage.hpp"
+#include "zero/torch/gather_on_use.hpp"
+
+namespace zero::torch {
+
+struct Optimizer::Impl {
+  struct Param {
+    UnitId unit = 0;
+    int index = 0;
+    std::string name;
+    at::Tensor tensor;                // the module's parameter (its identity is kept)
+    std::vector<std::int64_t> shape;  // LibTorch's shape
+    detail::BoundTensor bound;        // its data since set_data
+    at::Tensor grad_view;             // the engine's gradient buffer while the unit is in flight
+    std::shared_ptr<::torch::autograd::Node> accumulator;
+    std::uintptr_t post_hook = 0;
+  };
+  // What the hooks reach; `impl` is cleared when the optimizer goes (LibTorch 1.13 cannot remove
+  // a pre hook, and a graph built earlier may keep an accumulator alive).
+  struct HookTarget {
+    Impl* impl = nullptr;
+  };
+
+  Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config, EngineOptions options);
+  ~Impl();
+
+  void on_gradient(UnitId u, int i);     // before autograd accumulates into .grad
+  void on_accumulated(UnitId u, int i);  // after
+  void hand_over(UnitId u);
+  void raise_gather_error() const;
+  void unhook();
+  void own_values(bool gather);  // every parameter gets its own storage back
+
+  Communicator& comm;
+  std::vector<TensorUnit> units;
+  std::unique_ptr<Engine> engine;
+  DType w = DType::kF32;
+  bool shard_params = false;
+  std::vector<std::vector<Param>> params;  // [unit][index]
+  std::vector<int> waiting;                // per unit: parameters without a gradient yet
+  std::vector<bool> handed;                // per unit: grads_ready this micro-step
+  bool in_micro_step = false;              // a gradient arrived since the last step()
+  bool detached = false;
+  std::shared_ptr<HookTarget> target = std::make_shared<HookTarget>();
+  std::unique_ptr<detail::GatherOnUse> gather_on_use;  // stage 3
+};
+
+}  // namespace zero::torch
