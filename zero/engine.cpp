@@ -214,6 +214,12 @@ void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
   detail::to_host_f32(*m.dev, *m.tracker, v.data, m.w, /*on_device=*/true, out, count);
 }
 
+void Engine::set_gradient_clipping(double max_norm) {
+  ZERO_CHECK(max_norm >= 0.0 && std::isfinite(max_norm), kInvalidArgument, "set_gradient_clipping(",
+             max_norm, "): the max norm must be >= 0 and finite");
+  impl_->cfg.gradient_clipping = max_norm;
+}
+
 GatherGuard Engine::read_unit(UnitId u) {
   Impl& m = *impl_;
   m.check_unit(u, "read_unit");

@@ -256,6 +256,9 @@ class Engine {
   // micro-step, else kInvalidArgument naming the first missing unit.
   StepResult step();
 
+  // The max norm the following steps clip the global gradient norm against (gradient_clipping's
+  // meaning; 0: no clipping). REQUIRES: max_norm >= 0 and finite (kInvalidArgument).
+  void set_gradient_clipping(double max_norm);
   // The loss scale to multiply the loss by (1 unless fp16).
   double loss_scale() const noexcept;
   std::int64_t micro_step() const noexcept;  // micro-steps since the last boundary

@@ -117,13 +117,25 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Sets every parameter's .grad to undefined (the engine zeroes its gradient buffers itself at
-  // the start of each micro-step). REQUIRES: not inside backward.
+  // the start of each micro-step; step() does the same). REQUIRES: not between backward() and
+  // step(). Between them .grad is defined and holds no memory: an operator reading it is an
+  // error naming the parameter, raised at step() (the gradient is the engine's by then).
   void zero_grad();
   // Ends the micro-step: hands over the units whose gradients backward did not reach (zero
   // gradient), releases the gathered stage-3 units and steps the engine (Engine::step). Raises
   // an error a stage-3 gather hit during forward or backward (kept until here when it happened
   // inside an operator, where LibTorch swallows exceptions).
   StepResult step();
+  // torch::nn::utils::clip_grad_norm_ for the swap (FSDP's clip_grad_norm_ method): the next
+  // step() clips the step's gradient — after reduction and accumulation, the global L2 norm over
+  // every rank's shards — to max_norm, with the coefficient max_norm / (norm + 1e-6) when below
+  // 1, as the config's gradient_clipping does every step (which it overrides for that step).
+  // The norm before clipping is the step's StepResult::grad_norm. Call it between backward()
+  // and step(), as torch's. torch::nn::utils::clip_grad_norm_ itself cannot work here: after
+  // backward .grad is not the step's gradient (the engine holds it), and reading .grad is an
+  // error raised at step() naming the parameter. Throws kInvalidArgument for max_norm <= 0 or a
+  // norm_type other than 2.
+  void clip_grad_norm_(double max_norm, double norm_type = 2.0);
   // loss * the engine's loss scale (fp16; 1 otherwise). A new tensor: call backward() on it.
   at::Tensor scale_loss(const at::Tensor& loss) const;
   // Collective: every parameter gets a storage of its own with its full current values (stage 3:

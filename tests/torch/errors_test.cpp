@@ -51,6 +51,57 @@ TEST(TorchErrors, ZeroGradBetweenBackwardAndStep) {
   });
 }
 
+// torch::nn::utils::clip_grad_norm_ after backward finds no whole gradient (the engine holds it):
+// it must not silently return 0; step() raises an error naming the parameter and the way out.
+TEST(TorchErrors, TorchClipGradNormAfterTheSwapIsAnErrorNotASilentZero) {
+  for (int stage : {0, 1, 2, 3}) {
+    with_optimizer(stage, [&](zero::torch::Optimizer& opt, ct::Model& m) {
+      loss_of(m).backward();
+      for (const auto& p : m->parameters()) EXPECT_TRUE(p.grad().defined());
+      EXPECT_EQ(zero::torch::tensor_bytes(m->parameters()).grads, 0u);
+      ::torch::nn::utils::clip_grad_norm_(m->parameters(), 1.0);
+      expect_error([&] { opt.step(); }, ErrorCode::kInvalidArgument,
+                   "optimizer.clip_grad_norm_(max_norm)");
+    });
+  }
+  with_optimizer(2, [&](zero::torch::Optimizer& opt, ct::Model& m) {
+    loss_of(m).backward();
+    ::torch::Tensor n = m->named_parameters()["head.bias"].grad().norm();
+    (void)n;
+    expect_error([&] { opt.step(); }, ErrorCode::kInvalidArgument, "'head.bias'");
+  });
+  // Not reading .grad: the step goes on, and .grad is undefined after it.
+  with_optimizer(3, [&](zero::torch::Optimizer& opt, ct::Model& m) {
+    loss_of(m).backward();
+    opt.clip_grad_norm_(0.5);
+    const StepResult r = opt.step();
+    EXPECT_GT(r.grad_norm, 0.0);
+    for (const auto& p : m->parameters()) EXPECT_FALSE(p.grad().defined());
+    expect_error([&] { opt.clip_grad_norm_(0.0); }, ErrorCode::kInvalidArgument, "max_norm");
+    expect_error([&] { opt.clip_grad_norm_(1.0, 1.0); }, ErrorCode::kInvalidArgument, "L2");
+  });
+}
+
+TEST(TorchErrors, TwoOptimizersOnOneModelAreNamedAsSuch) {
+  with_optimizer(2, [&](zero::torch::Optimizer& opt, ct::Model& m) {
+    ThreadGroup::run(1, [&](Communicator& comm) {
+      TorchRun r;
+      expect_error([&] { zero::torch::Optimizer second(comm, *m, torch_config(r)); },
+                   ErrorCode::kInvalidArgument,
+                   "already trained by another zero::torch::Optimizer");
+    });
+  });
+  // After the first is gone, a second is fine.
+  ct::Model model = make_model(test_dims());
+  ThreadGroup::run(1, [&](Communicator& comm) {
+    TorchRun r;
+    { zero::torch::Optimizer first(comm, *model, torch_config(r)); }
+    zero::torch::Optimizer second(comm, *model, torch_config(r));
+    loss_of(model).backward();
+    second.step();
+  });
+}
+
 TEST(TorchErrors, MarkedModuleOutsideTheModel) {
   ct::Model model = make_model(test_dims());
   auto stranger = ::torch::nn::Linear(3, 3);

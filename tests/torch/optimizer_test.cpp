@@ -148,6 +148,25 @@ TEST(TorchEngineFeatures, ClippingMatchesClipGradNorm) {
   }
 }
 
+// The swap's clip_grad_norm_ (called between backward and step, as torch's) against
+// torch::nn::utils::clip_grad_norm_ with AdamW, and bitwise the config's gradient_clipping.
+TEST(TorchEngineFeatures, ClipGradNormCallMatchesClipGradNorm) {
+  for (int stage : {0, 3}) {
+    TorchRun r;
+    r.ranks = 2;
+    r.stage = stage;
+    r.clip = 0.05;
+    r.clip_by_call = true;
+    const ZeroResult z = train_zero(r, data_for(1));
+    const double rel = max_rel_diff(z.params, reference(0.05, 1));
+    std::printf("clip_grad_norm_(0.05), N=2 stage %d: max rel diff %.3g\n", stage, rel);
+    EXPECT_LE(rel, 1e-5) << "stage " << stage;
+    TorchRun by_config = r;
+    by_config.clip_by_call = false;
+    EXPECT_TRUE(bitwise_equal(z.params, zero_run(by_config, data_for(1)).params));
+  }
+}
+
 TEST(TorchEngineFeatures, OptimizerOffloadBitwiseStage0) {
   for (int stage : {1, 2, 3}) {
     TorchRun r;

@@ -32,6 +32,7 @@ struct TorchRun {
   std::string dtype = "f32";  // f32 | bf16
   int accumulation = 1;
   double clip = 0.0;
+  bool clip_by_call = false;     // optimizer.clip_grad_norm_(clip) each step, not gradient_clipping
   std::string offload = "none";  // offload_optimizer.device
   bool marked = false;           // units_of(model, blocks) instead of units_by_child
   int steps = 20;
@@ -54,7 +55,7 @@ inline Config torch_config(const TorchRun& r) {
   if (r.offload != "none")
     j += R"(, "offload_optimizer": {"device": ")" + r.offload + R"(", "pin_memory": true})";
   j += R"(}, "gradient_accumulation_steps": )" + std::to_string(r.accumulation) +
-       R"(, "gradient_clipping": )" + std::to_string(r.clip) +
+       R"(, "gradient_clipping": )" + std::to_string(r.clip_by_call ? 0.0 : r.clip) +
        R"(, "optimizer": {"type": "AdamW", "params": {"lr": )" + std::to_string(kLr) +
        R"(, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": )" + std::to_string(kWeightDecay) +
        "}}";
@@ -184,6 +185,7 @@ inline ZeroResult train_zero(const TorchRun& r, const TokenData& data) {
       opt.zero_grad();
       auto loss = ct::loss(model, tok, tgt);
       loss.backward();
+      if (r.clip_by_call) opt.clip_grad_norm_(r.clip);
       opt.step();
       losses.push_back(loss.item<float>());
     }

@@ -113,7 +113,7 @@ ckpt::LoadResult Optimizer::load_checkpoint(const std::string& path) {
       kInvalidArgument, "zero::torch: load_checkpoint after training began; load '", path,
       "' right after constructing the optimizer, before the first backward() / step()");
   // A forward (evaluation) before the load leaves units gathered by operators.
-  if (m.gather_on_use) m.gather_on_use->release_all();
+  if (m.watch) m.watch->release_all();
   return ckpt::load(*m.engine, path);
 }
 

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_set>
 
@@ -88,6 +89,16 @@ std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptio
                  name, "' has dtype ", t.scalar_type(), "; parameters must be floating point");
       ZERO_CHECK(t.is_leaf(), kInvalidArgument, "zero::torch: parameter '", name,
                  "' is not a leaf tensor (it has a grad_fn)");
+      // A live zero::torch::Optimizer's hook on its gradient accumulator: a second optimizer.
+      if (const auto acc = ::torch::autograd::impl::try_get_grad_accumulator(t))
+        for (const auto& hook : acc->pre_hooks()) {
+          const auto* ours = dynamic_cast<const PreHook*>(hook.get());
+          ZERO_CHECK(ours == nullptr || ours->target->impl == nullptr, kInvalidArgument,
+                     "zero::torch: parameter '", name,
+                     "' is already trained by another zero::torch::Optimizer; one optimizer per "
+                     "model (its parameters live in that optimizer's engine): give one "
+                     "optimizer all the parameters, or destroy the first before making another");
+        }
       kept.param_names.push_back(name);
       kept.params.push_back(t);
     }
@@ -150,6 +161,7 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
       p.tensor = tu.params[i];
       p.shape = shape_of(p.tensor);
       p.bound = detail::make_bound_tensor(p.shape, w);
+      p.handed = detail::make_bound_tensor(p.shape, w);
       if (!shard_params) detail::bind(p.bound.storage, whole.param(p.index));
       p.tensor.set_data(p.bound.tensor);
       p.tensor.mutable_grad().reset();
@@ -165,12 +177,12 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
     waiting[uid] = static_cast<int>(params[uid].size());
   handed.assign(units.size(), false);
   target->impl = this;
-  if (shard_params) {
-    std::vector<std::vector<c10::StorageImpl*>> storages(units.size());
+  // Every stage watches the handed-over gradients; stage 3 also gathers on use.
+  std::vector<std::vector<c10::StorageImpl*>> storages(units.size());
+  if (shard_params)
     for (std::size_t uid = 0; uid < units.size(); ++uid)
       for (const Param& p : params[uid]) storages[uid].push_back(p.bound.storage);
-    gather_on_use = std::make_unique<detail::GatherOnUse>(*engine, std::move(storages));
-  }
+  watch = std::make_unique<detail::OperatorWatch>(*engine, std::move(storages));
 }
 
 Optimizer::Impl::~Impl() {
@@ -184,7 +196,7 @@ Optimizer::Impl::~Impl() {
 
 void Optimizer::Impl::unhook() {
   target->impl = nullptr;
-  gather_on_use.reset();
+  watch.reset();
   for (auto& ps : params)
     for (Param& p : ps) {
       if (p.accumulator) p.accumulator->del_post_hook(p.post_hook);
@@ -193,7 +205,7 @@ void Optimizer::Impl::unhook() {
 }
 
 void Optimizer::Impl::raise_gather_error() const {
-  if (gather_on_use && gather_on_use->error()) std::rethrow_exception(gather_on_use->error());
+  if (watch && watch->error()) std::rethrow_exception(watch->error());
 }
 
 // ---- the gradient hooks
@@ -221,26 +233,39 @@ void Optimizer::Impl::on_accumulated(UnitId u, int i) {
     p.grad_view.copy_(g);
     p.tensor.mutable_grad() = p.grad_view;
   }
-  if (--waiting[static_cast<std::size_t>(u)] == 0) hand_over(u);
+  if (--waiting[static_cast<std::size_t>(u)] == 0) hand_over(u, /*from_backward=*/true);
 }
 
-void Optimizer::Impl::hand_over(UnitId u) {
+void Optimizer::Impl::hand_over(UnitId u, bool from_backward) {
   const auto us = static_cast<std::size_t>(u);
-  // The engine's buffer is the reduce-scatter's from here: .grad must not view it any more.
+  // The engine's buffer is the reduce-scatter's from here: .grad must not view it any more. It
+  // stays defined (a tensor of no memory that no operator may read) so that code reading it
+  // fails naming the parameter instead of finding no gradient (clip_grad_norm_ would return 0).
   for (Param& p : params[us]) {
-    p.tensor.mutable_grad().reset();
     p.grad_view.reset();
+    if (from_backward) {
+      p.tensor.mutable_grad() = p.handed.tensor;
+      watch->watch_grad(p.handed.storage, p.name);
+    } else {
+      p.tensor.mutable_grad().reset();
+    }
   }
   handed[us] = true;
   engine->grads_ready(u);
 }
 
+void Optimizer::Impl::reset_grads() {
+  for (auto& ps : params)
+    for (Param& p : ps) p.tensor.mutable_grad().reset();
+  if (watch) watch->unwatch_grads();
+}
+
 void Optimizer::Impl::own_values(bool gather) {
   // set_data is an ATen operator: with the stage-3 callback still in place it would gather the
   // parameter it replaces (a collective, on this rank alone when it unwinds an error).
-  if (gather_on_use) {
-    gather_on_use->release_all();
-    gather_on_use.reset();
+  if (watch) {
+    watch->release_all();
+    watch.reset();
   }
   for (auto& ps : params)
     for (Param& p : ps) {
@@ -282,24 +307,49 @@ void Optimizer::zero_grad() {
   ZERO_CHECK(!m.in_micro_step, kInvalidArgument,
              "zero::torch: zero_grad() after backward() and before step(): the gradients are "
              "already the engine's (stages 2-3 are reducing them); call step() first");
-  for (auto& ps : m.params)
-    for (auto& p : ps) p.tensor.mutable_grad().reset();
+  m.reset_grads();
 }
 
 StepResult Optimizer::step() {
   Impl& m = *impl_;
   ZERO_CHECK(!m.detached, kInvalidArgument, "zero::torch: step() after detach()");
   m.raise_gather_error();
-  if (m.gather_on_use) m.gather_on_use->release_all();
+  m.reset_grads();
+  m.watch->release_all();
   for (UnitId u = 0; u < static_cast<UnitId>(m.units.size()); ++u)
-    if (!m.handed[static_cast<std::size_t>(u)]) m.hand_over(u);  // no (or a partial) gradient
-  const StepResult r = m.engine->step();
+    if (!m.handed[static_cast<std::size_t>(u)])
+      m.hand_over(u, /*from_backward=*/false);  // no (or a partial) gradient
+  StepResult r;
+  if (m.clip_once > 0.0) {
+    const double config_clip = m.engine->config().gradient_clipping;
+    m.engine->set_gradient_clipping(m.clip_once);
+    m.clip_once = 0.0;
+    try {
+      r = m.engine->step();
+    } catch (...) {
+      m.engine->set_gradient_clipping(config_clip);
+      throw;
+    }
+    m.engine->set_gradient_clipping(config_clip);
+  } else {
+    r = m.engine->step();
+  }
   for (std::size_t u = 0; u < m.units.size(); ++u) {
     m.waiting[u] = static_cast<int>(m.params[u].size());
     m.handed[u] = false;
   }
   m.in_micro_step = false;
   return r;
+}
+
+void Optimizer::clip_grad_norm_(double max_norm, double norm_type) {
+  ZERO_CHECK(max_norm > 0.0 && std::isfinite(max_norm), kInvalidArgument,
+             "zero::torch: clip_grad_norm_(max_norm = ", max_norm,
+             "): max_norm must be positive and finite");
+  ZERO_CHECK(norm_type == 2.0, kInvalidArgument,
+             "zero::torch: clip_grad_norm_(norm_type = ", norm_type,
+             "): the engine clips the L2 norm (norm_type 2) of the step's gradient");
+  impl_->clip_once = max_norm;
 }
 
 at::Tensor Optimizer::scale_loss(const at::Tensor& loss) const {

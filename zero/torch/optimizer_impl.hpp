@@ -14,7 +14,7 @@
 
 #include "zero/torch.hpp"
 #include "zero/torch/bound_storage.hpp"
-#include "zero/torch/gather_on_use.hpp"
+#include "zero/torch/operator_watch.hpp"
 
 namespace zero::torch {
 
@@ -27,6 +27,7 @@ struct Optimizer::Impl {
     std::vector<std::int64_t> shape;  // LibTorch's shape
     detail::BoundTensor bound;        // its data since set_data
     at::Tensor grad_view;             // the engine's gradient buffer while the unit is in flight
+    detail::BoundTensor handed;       // .grad once handed over: no memory, watched
     std::shared_ptr<::torch::autograd::Node> accumulator;
     std::uintptr_t post_hook = 0;
   };
@@ -41,7 +42,9 @@ struct Optimizer::Impl {
 
   void on_gradient(UnitId u, int i);     // before autograd accumulates into .grad
   void on_accumulated(UnitId u, int i);  // after
-  void hand_over(UnitId u);
+  // Gives unit u's gradients to the engine; from backward, .grad becomes the watched `handed`.
+  void hand_over(UnitId u, bool from_backward);
+  void reset_grads();  // every .grad undefined, none watched
   void raise_gather_error() const;
   void unhook();
   void own_values(bool gather);  // every parameter gets its own storage back
@@ -57,7 +60,8 @@ struct Optimizer::Impl {
   bool in_micro_step = false;              // a gradient arrived since the last step()
   bool detached = false;
   std::shared_ptr<HookTarget> target = std::make_shared<HookTarget>();
-  std::unique_ptr<detail::GatherOnUse> gather_on_use;  // stage 3
+  std::unique_ptr<detail::OperatorWatch> watch;
+  double clip_once = 0.0;  // clip_grad_norm_'s max norm for the next step() (0: the config's)
 };
 
 }  // namespace zero::torch

@@ -1,9 +1,9 @@
-// zero/torch/gather_on_use.cpp — see gather_on_use.hpp.
+// zero/torch/operator_watch.cpp — see operator_watch.hpp.
 //
 // Compiled with NDEBUG always (zero/torch/CMakeLists.txt): at::RecordFunction has a debug-only
 // member (inputs_valid_) before the fields inputs() reads, so a TU built without NDEBUG reads the
 // release-built libtorch's RecordFunction at the wrong offsets.
-#include "zero/torch/gather_on_use.hpp"
+#include "zero/torch/operator_watch.hpp"
 
 #include <ATen/record_function.h>
 
@@ -18,17 +18,22 @@
 namespace zero::torch::detail {
 namespace {
 
-thread_local GatherOnUse* tls_current = nullptr;
+thread_local OperatorWatch* tls_current = nullptr;
 
-// Tensor::backward() is the operator aten::_backward, which runs autograd's engine: the backward
-// nodes' operators run inside it but hold no pointer of its (it reads the loss and its gradient),
-// so it does not count as an enclosing operator — else nothing would be released in backward.
+// Records that run operators without reading a parameter themselves do not enclose: autograd's
+// engine records each backward node it evaluates ("autograd::engine::evaluate_function: <node>")
+// and Tensor::backward() is the operator aten::_backward; the operators inside them (the node's
+// ATen calls) take every pointer there is. Counted as enclosing, they would make every backward
+// operator nested, and nothing would be released in backward.
 bool encloses(const at::RecordFunction& fn) {
-  return std::strcmp(fn.name(), "aten::_backward") != 0;
+  static constexpr char kNode[] = "autograd::engine::evaluate_function";
+  const char* name = fn.name();
+  return std::strcmp(name, "aten::_backward") != 0 &&
+         std::strncmp(name, kNode, sizeof(kNode) - 1) != 0;
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-  GatherOnUse* g = tls_current;
+  OperatorWatch* g = tls_current;
   if (g != nullptr && encloses(fn)) {
     const auto inputs = fn.inputs();
     g->on_operator(inputs.data(), inputs.size());
@@ -37,13 +42,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-  GatherOnUse* g = tls_current;
+  OperatorWatch* g = tls_current;
   if (g != nullptr && encloses(fn)) g->on_operator_end();
 }
 
 }  // namespace
 
-GatherOnUse::GatherOnUse(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages)
+OperatorWatch::OperatorWatch(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages)
     : engine_(engine), storages_(std::move(storages)) {
   const std::size_t n = storages_.size();
   guards_.resize(n);
@@ -58,7 +63,7 @@ GatherOnUse::GatherOnUse(Engine& engine, std::vector<std::vector<c10::StorageImp
                                              .scopes({at::RecordScope::FUNCTION}));
 }
 
-GatherOnUse::~GatherOnUse() {
+OperatorWatch::~OperatorWatch() {
   at::removeCallback(callback_);
   tls_current = previous_;
   try {
@@ -68,7 +73,7 @@ GatherOnUse::~GatherOnUse() {
   }
 }
 
-void GatherOnUse::on_operator(const c10::IValue* inputs, std::size_t count) {
+void OperatorWatch::on_operator(const c10::IValue* inputs, std::size_t count) {
   // The depth before this operator: 0 for one the trainer (or autograd's engine) called, more
   // for an operator another one runs (aten::linear runs aten::t and aten::addmm, aten::addmm
   // runs aten::expand on the bias): the outer operator may hold pointers into any unit it read.
@@ -92,19 +97,41 @@ void GatherOnUse::on_operator(const c10::IValue* inputs, std::size_t count) {
       release(u);
 }
 
-void GatherOnUse::on_operator_end() {
+void OperatorWatch::on_operator_end() {
   if (depth_ > 0) --depth_;  // (an operator that began before the callback was added: none)
 }
 
-void GatherOnUse::see(const at::Tensor& t) {
+void OperatorWatch::see(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return;
-  const auto it = unit_of_.find(t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl());
+  c10::StorageImpl* s = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  if (!grads_.empty()) {
+    const auto g = grads_.find(s);
+    if (g != grads_.end() && s->data() == nullptr) {
+      if (!error_) {
+        try {
+          ZERO_THROW(kInvalidArgument, "zero::torch: an operator read the .grad of parameter '",
+                     g->second,
+                     "' after backward handed it to the engine (the engine reduces, shards and "
+                     "accumulates gradients in its own buffers; .grad is not the step's "
+                     "gradient). torch::nn::utils::clip_grad_norm_ reads .grad: use "
+                     "optimizer.clip_grad_norm_(max_norm) or the config's gradient_clipping, "
+                     "and StepResult::grad_norm for the norm");
+        } catch (...) {
+          error_ = std::current_exception();
+        }
+      }
+      grad_zeros_.emplace_back(s->nbytes(), 0);
+      bind(s, grad_zeros_.back().data(), s->nbytes());
+      return;
+    }
+  }
+  const auto it = unit_of_.find(s);
   if (it == unit_of_.end()) return;
   if (std::find(touched_.begin(), touched_.end(), it->second) == touched_.end())
     touched_.push_back(it->second);
 }
 
-void GatherOnUse::gather(UnitId u) {
+void OperatorWatch::gather(UnitId u) {
   const auto us = static_cast<std::size_t>(u);
   if (live_[us]) return;
   auto& storages = storages_[us];
@@ -137,7 +164,7 @@ void GatherOnUse::gather(UnitId u) {
   live_[us] = true;
 }
 
-void GatherOnUse::release(UnitId u) {
+void OperatorWatch::release(UnitId u) {
   const auto us = static_cast<std::size_t>(u);
   if (!live_[us]) return;
   for (c10::StorageImpl* s : storages_[us]) unbind(s);
@@ -147,7 +174,17 @@ void GatherOnUse::release(UnitId u) {
   guards_[us].release();
 }
 
-void GatherOnUse::release_all() {
+void OperatorWatch::watch_grad(c10::StorageImpl* s, std::string name) {
+  grads_[s] = std::move(name);
+}
+
+void OperatorWatch::unwatch_grads() {
+  for (auto& g : grads_) unbind(g.first);
+  grads_.clear();
+  grad_zeros_.clear();
+}
+
+void OperatorWatch::release_all() {
   for (UnitId u = 0; u < static_cast<UnitId>(live_.size()); ++u) release(u);
 }
 

@@ -1,5 +1,7 @@
-// zero/torch/gather_on_use.hpp — stage 3 for LibTorch modules: a unit's parameters are gathered
-// when an operator is about to read them and released when operators move on to other units.
+// zero/torch/operator_watch.hpp — what LibTorch's operators read, seen before their kernels run:
+// stage 3's parameters, gathered when an operator is about to read them and released when
+// operators move on to other units; and, at every stage, the gradients the optimizer has handed
+// to the engine, which no operator may read (below).
 //
 // LibTorch (1.13) has no forward hooks in C++, and a module's forward is not virtual, so the
 // module cannot be wrapped without changing the trainer's code. What every read of a parameter
@@ -24,9 +26,15 @@
 // backward, where autograd's kernels read the saved parameters. The depth is counted by the
 // callback's end half (RecordFunction calls it when the operator returns or throws).
 //
+// Handed-over gradients: once a unit's gradients are the engine's (reduced, sharded, accumulated
+// in its own buffers), each parameter's .grad is a tensor of its shape with no memory, watched
+// here. An operator that reads one (torch::nn::utils::clip_grad_norm_, a gradient-norm log) is
+// an error naming the parameter — never the silent 0 an undefined .grad gives clip_grad_norm_.
+//
 // LibTorch catches and logs every exception a RecordFunction callback throws, so a failed gather
-// is kept (error()) and the unit's storages are bound to zeros for the kernel that is about to
-// run; the optimizer raises the error at the next gradient hook or step().
+// or a read of a handed-over gradient is kept (error()) and the storages are bound to zeros for
+// the kernel that is about to run; the optimizer raises the error at the next gradient hook or
+// step().
 //
 // Thread safety: registered for, and used on, the thread that creates it (one rank's thread).
 #pragma once
@@ -35,6 +43,7 @@
 
 #include <cstddef>
 #include <exception>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -42,13 +51,13 @@
 
 namespace zero::torch::detail {
 
-class GatherOnUse {
+class OperatorWatch {
  public:
-  // storages[u][i]: the storage of parameter i of unit u.
-  GatherOnUse(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages);
-  ~GatherOnUse();  // removes the callback, releases what is gathered
-  GatherOnUse(const GatherOnUse&) = delete;
-  GatherOnUse& operator=(const GatherOnUse&) = delete;
+  // storages[u][i]: the storage of parameter i of unit u (stage 3; empty otherwise).
+  OperatorWatch(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages);
+  ~OperatorWatch();  // removes the callback, releases what is gathered
+  OperatorWatch(const OperatorWatch&) = delete;
+  OperatorWatch& operator=(const OperatorWatch&) = delete;
 
   // Called by the callback with the operator's inputs (tensors and tensor lists).
   void on_operator(const c10::IValue* inputs, std::size_t count);
@@ -56,6 +65,10 @@ class GatherOnUse {
   void on_operator_end();
   // Releases every gathered unit (before the engine's step, or detach()).
   void release_all();
+  // A handed-over gradient's storage (of parameter `name`): reading it is an error. unwatch
+  // forgets every one (their storages are the optimizer's; bound to nothing again).
+  void watch_grad(c10::StorageImpl* s, std::string name);
+  void unwatch_grads();
   // The first error a gather hit (null: none).
   std::exception_ptr error() const noexcept { return error_; }
   // Units gathered by an operator so far (all micro-steps).
@@ -73,11 +86,13 @@ class GatherOnUse {
   std::vector<bool> live_;
   std::vector<UnitId> touched_;              // units the current operator reads
   std::vector<std::vector<char>> fallback_;  // zeros a kernel reads after a failed gather
+  std::unordered_map<c10::StorageImpl*, std::string> grads_;  // handed over
+  std::vector<std::vector<char>> grad_zeros_;  // what a kernel reads of a handed-over gradient
   std::exception_ptr error_;
   std::size_t gathers_ = 0;
   int depth_ = 0;  // operators running on this thread (the one starting included, in on_operator)
   std::uint64_t callback_ = 0;
-  GatherOnUse* previous_ = nullptr;  // the thread's previous instance (nested optimizers)
+  OperatorWatch* previous_ = nullptr;  // the thread's previous instance (nested optimizers)
 };
 
 }  // namespace zero::torch::detail
