@@ -6,6 +6,7 @@
 //   char-transformer       [--steps N] [--data FILE] [--layers L] [--embed D]
 //   char-transformer-zero  [--steps N] [--data FILE] [--layers L] [--embed D] [--ranks N]
 //                          [--zero-stage S] [--config ds.json] [--set key=value ...]
+//                          [--checkpoint-activations]
 //   mpirun -np N char-transformer-zero ...   (one rank per process)
 //
 // Both print the loss every 25 steps and, at the end, a checksum of the parameters. zero's
@@ -106,10 +107,13 @@ int main(int argc, char** argv) try {
   torch::set_num_threads(1);
 #ifdef ZERO_SWAP
   int ranks = 2;
+  bool checkpoint_activations = false;  // every block recomputed in backward
   std::vector<std::string> zero_args;
   for (std::size_t i = 0; i < rest.size(); ++i) {
     if (rest[i] == "--ranks" && i + 1 < rest.size()) {
       ranks = std::atoi(rest[++i].c_str());
+    } else if (rest[i] == "--checkpoint-activations") {
+      checkpoint_activations = true;
     } else {
       zero_args.push_back(rest[i]);
     }
@@ -139,6 +143,13 @@ int main(int argc, char** argv) try {
     const int rank = comm.rank(), world = comm.size();
     zero::torch::Optimizer optimizer(comm, *model, cfg);  // ZERO_SWAP: was torch::optim::AdamW
     const int rows = kBatch / world;                      // ZERO_SWAP: this rank's rows
+    // ZERO_SWAP: activation checkpointing (the config's activation_checkpointing keys), each
+    // block's forward recomputed in backward.
+    zero::torch::ActivationCheckpointing ac(optimizer);
+    char_transformer::ModelImpl::BlockRunner run;
+    if (checkpoint_activations)
+      run = [&ac](const std::function<torch::Tensor(const torch::Tensor&)>& block,
+                  const torch::Tensor& x) { return ac.checkpoint(block, x); };
 #else
   if (!rest.empty()) {
     std::fprintf(stderr, "unknown argument '%s'\n", rest[0].c_str());
@@ -154,8 +165,13 @@ int main(int argc, char** argv) try {
     for (int step = 1; step <= steps; ++step) {
       const auto seq = batch(step).slice(0, rank * rows, (rank + 1) * rows);
       optimizer.zero_grad();
+#ifdef ZERO_SWAP
+      auto loss = char_transformer::loss(model, seq.slice(1, 0, dims.context),
+                                         seq.slice(1, 1, dims.context + 1), run);
+#else
       auto loss = char_transformer::loss(model, seq.slice(1, 0, dims.context),
                                          seq.slice(1, 1, dims.context + 1));
+#endif
       loss.backward();
       optimizer.step();
       const float l = loss.item<float>();

@@ -12,20 +12,26 @@
 // the parameter's gradient accumulator before autograd accumulates into it; when the last
 // parameter of a unit has its gradient, a post hook hands the unit to the engine (grads_ready:
 // stages 2-3 start its reduce-scatter while backward goes on, as DDP's reducer does) and .grad
-// goes back to undefined. step() hands over the units no gradient reached (a zero gradient) and
+// becomes a tensor of no memory that no operator may read (see clip_grad_norm_); step()
+// makes it undefined. step() hands over the units no gradient reached (a zero gradient) and
 // steps the engine (clipping, accumulation, the LR schedule, offload, fp16 loss scaling: the
 // config's keys, as for every other trainer).
 //
 // Stage 3 (zero_optimization.stage = 3, the same two lines): the units should be the
-// submodules FSDP would wrap (units_of(model, {blocks...}), else units_by_child). Each
-// parameter's storage is emptied (0 bytes) and refilled from the gathered unit on use: a
-// thread-local ATen RecordFunction callback sees every operator's inputs; when one of them is a
-// parameter (or a view of one) of a unit that is not gathered, the unit is gathered there, before
-// the kernel runs (the engine prefetches the next unit in the recorded order), and the unit that
-// was in use before is released. The same happens in backward, where autograd's kernels read the
-// saved parameters. What it requires of the model: parameters are read through ATen operators
-// (not through raw data_ptr() in the forward), every rank runs the same operators on the same
-// units in the same order (as FSDP requires), CPU tensors.
+// submodules FSDP would wrap (units_of(model, {blocks...}), else units_by_child); any unit
+// constructor works. Each parameter's storage holds no memory and is refilled from the gathered
+// unit on use: a thread-local ATen RecordFunction callback sees every operator's inputs; when
+// one of them is a parameter (or a view of one) of a unit that is not gathered, the unit is
+// gathered there, before the kernel runs (the engine prefetches the next unit in the recorded
+// order). Units are released only when a top-level operator starts (none of this thread's
+// operators running), and only those it does not read: an operator and every operator nested in
+// it keep what they read (aten::addmm reading a weight and a bias of two units, then
+// aten::expand on the bias), so no kernel ever reads a released unit. The same happens in
+// backward, where autograd's kernels read the saved parameters. What it requires of the model:
+// parameters are read through ATen operators (not through raw data_ptr() in the forward), every
+// rank runs the same operators on the same units in the same order (as FSDP requires), CPU
+// tensors. torch::save(model) of a stage-3 model throws (its parameters hold no memory; it would
+// otherwise write empty storages): save_model() writes the full weights mid-training.
 //
 // Gradient accumulation has the engine's meaning: call step() after every micro-batch's
 // backward with gradient_accumulation_steps = A in the config (not A backward() calls before one
