@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+// The workload is the example's model (not API): the bench times the trainer a user starts from,
+// and the figures match the example's (char-transformer-zero).
 #include "examples/libtorch/char_transformer.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"

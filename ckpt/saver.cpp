@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "ckpt/agree.hpp"
-#include "ckpt/layout.hpp"
 #include "ckpt/manifest.hpp"
+#include "ckpt/rank_file.hpp"
 #include "zero/ckpt.hpp"
 #include "zero/error.hpp"
 #include "zero/log.hpp"

@@ -1,6 +1,6 @@
 // Gradient accumulation on the device: dst = src (first micro-step) or dst + src in f32,
-// rounded once to dst's dtype — zero/grad_accumulate.hpp's rule with the scalar conversions of
-// zero/dtype.hpp, so the bits match the CPU path.
+// rounded once to dst's dtype — zero/device/grad_accumulate.hpp's rule with the scalar conversions
+// of zero/dtype.hpp, so the bits match the CPU path.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -23,15 +23,6 @@
 
 namespace zero::offload {
 
-AioOptions AioOptions::from_config(const AioConfig& c) {
-  AioOptions o;
-  o.block_size = static_cast<std::size_t>(c.block_size);
-  o.queue_depth = c.queue_depth;
-  o.thread_count = c.thread_count;
-  o.engine = c.engine;
-  return o;
-}
-
 namespace {
 
 // One request as submitted; it completes when all its pieces have.

@@ -28,8 +28,11 @@
 #include <memory>
 #include <string>
 
-#include "zero/config.hpp"
-#include "zero/observe.hpp"
+#include "zero/core/observe.hpp"
+
+namespace zero {
+struct AioConfig;
+}  // namespace zero
 
 namespace zero::offload {
 
@@ -51,6 +54,7 @@ struct AioOptions {
   // Where requests are traced and counted (see above); the tracer and counters must outlive the
   // queue. Default: neither. Not from the config: the engine passes its own.
   detail::Observer observer;
+  // From the config's aio block (zero/config/from_config.cpp).
   static AioOptions from_config(const AioConfig& c);
 };
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "zero/config.hpp"
 #include "zero/error.hpp"
 
 namespace zero {
@@ -44,22 +43,6 @@ LossScaler LossScaler::dynamic(double init_scale, int scale_window, int hysteres
   s.state_.scale = init_scale;
   s.state_.cur_hysteresis = hysteresis;
   return s;
-}
-
-LossScaler LossScaler::from_config(const Fp16Config& c) {
-  if (!c.enabled) return fixed(1.0);
-  ZERO_CHECK(std::isfinite(c.loss_scale) && c.loss_scale >= 0.0, kConfig,
-             "fp16.loss_scale = ", c.loss_scale, " must be finite and >= 0 (0: dynamic)");
-  if (c.loss_scale > 0.0) return fixed(c.loss_scale);
-  ZERO_CHECK(c.initial_scale_power >= 0 && c.initial_scale_power <= 1000, kConfig,
-             "fp16.initial_scale_power = ", c.initial_scale_power, " must be in [0, 1000]");
-  ZERO_CHECK(c.loss_scale_window >= 1, kConfig, "fp16.loss_scale_window = ", c.loss_scale_window,
-             " must be >= 1");
-  ZERO_CHECK(c.hysteresis >= 1, kConfig, "fp16.hysteresis = ", c.hysteresis, " must be >= 1");
-  ZERO_CHECK(positive_finite(c.min_loss_scale), kConfig, "fp16.min_loss_scale = ", c.min_loss_scale,
-             " must be finite and > 0");
-  return dynamic(std::ldexp(1.0, c.initial_scale_power), c.loss_scale_window, c.hysteresis,
-                 c.consecutive_hysteresis, c.min_loss_scale);
 }
 
 void LossScaler::load_state(const State& s) {

@@ -1,9 +1,9 @@
-// OptimizerParams: names, validation, construction from the config, and the per-step scalars.
+// OptimizerParams: names, validation and the per-step scalars (from the config:
+// zero/config/from_config.cpp).
 #include <cctype>
 #include <cmath>
 #include <string>
 
-#include "zero/config.hpp"
 #include "zero/error.hpp"
 #include "zero/optimizer.hpp"
 
@@ -90,32 +90,6 @@ int OptimizerParams::num_states() const noexcept {
     case OptimizerType::kAdagrad: return 1;
   }
   return 0;
-}
-
-OptimizerParams OptimizerParams::from_config(const OptimizerConfig& c) {
-  OptimizerParams p;
-  try {
-    p.type = parse_optimizer_type(c.type);
-  } catch (const Error& e) {
-    ZERO_THROW(kConfig, "optimizer.type: ", e.message());
-  }
-  try {
-    p.moment_dtype = parse_dtype(c.moment_dtype);
-  } catch (const Error& e) {
-    ZERO_THROW(kConfig, "optimizer.params.moment_dtype: ", e.message());
-  }
-  p.lr = c.lr;
-  p.beta1 = c.betas[0];
-  p.beta2 = c.betas[1];
-  p.eps = c.eps;
-  p.weight_decay = c.weight_decay;
-  p.bias_correction = c.bias_correction;
-  p.adam_w_mode = c.adam_w_mode;
-  p.momentum = c.momentum;
-  p.dampening = c.dampening;
-  p.nesterov = c.nesterov;
-  check_params(p, ErrorCode::kConfig, "optimizer.params.");
-  return p;
 }
 
 namespace detail::optim {

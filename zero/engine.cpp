@@ -1,8 +1,7 @@
 // The ZeRO engine: the trainer-facing hooks and step(). What lives where is the placement's
 // (zero/placement.hpp); the rooms own the state: the gradient reducer (zero/grad_reducer.hpp),
-// the parameter gatherer (zero/param_gatherer.hpp) and, with optimizer offload, the offloaded
-// optimizer (offload/offloaded_optimizer.hpp). Without offload the engine itself owns the
-// device optimizer state (the fp32 master and the moments) and steps it through DeviceOps.
+// the parameter gatherer (zero/param_gatherer.hpp) and the shard optimizer
+// (zero/shard_optimizer.hpp: on the device or offloaded, chosen once from the placement).
 #include "zero/engine.hpp"
 
 #include <algorithm>
@@ -194,11 +193,7 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
     }
   }
   if (!on_device) m.gatherer->store_shard(u);
-  if (m.offloaded) {
-    m.offloaded->refresh_master(u, lo - up.step_begin, hi - up.step_begin);
-  } else if (m.place().separate_master) {
-    m.dev->convert(wdst, m.w, m.master_ptr(u) + (lo - up.step_begin), DType::kF32, hi - lo);
-  }
+  m.optimizer->refresh_master(u, lo - up.step_begin, hi - up.step_begin);
 }
 
 void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
@@ -354,16 +349,7 @@ StepResult Engine::step_impl() {
   p.lr = res.lr;
   {
     detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
-    if (m.offloaded) {
-      m.offloaded->step(p, m.steps + 1, grad_scale);
-    } else {
-      TraceScope region(m.tracer, TraceLane::kOptimizer, "optimizer step");
-      std::vector<ShardRef> refs;
-      for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-        refs.push_back(m.shard_ref(u));
-      }
-      m.dev->optimizer_step(p, refs.data(), refs.size(), m.steps + 1, grad_scale);
-    }
+    m.optimizer->step(p, m.steps + 1, grad_scale);
   }
   {
     detail::PhaseTimer phase(m.window.param_gather_s, m.tracer, TraceLane::kEngine,
@@ -376,14 +362,6 @@ StepResult Engine::step_impl() {
   res.steps = m.steps;
   res.loss_scale = m.scaler.scale();
   return res;
-}
-
-DType working_dtype(const Config& c) {
-  return c.fp16.enabled ? DType::kF16 : (c.bf16.enabled ? DType::kBF16 : DType::kF32);
-}
-
-DType reduce_dtype_of(const Config& c) {
-  return c.communication_data_type.empty() ? DType::kF32 : parse_dtype(c.communication_data_type);
 }
 
 std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment) {
@@ -416,12 +394,7 @@ std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config,
   m.lay_out();
   // Data-parallel start: every rank takes rank 0's parameters (as DDP and DeepSpeed do).
   comm.broadcast(m.trainer_params, m.trainer_params, m.place().layout.total_padded, m.w, 0);
-  const std::size_t count = m.unit_place(0).step_count;
-  if (m.offloaded) {
-    m.offloaded->refresh_master(0, 0, count);
-  } else if (m.place().separate_master) {
-    m.dev->convert(m.gatherer->step_params(0), m.w, m.master_ptr(0), DType::kF32, count);
-  }
+  m.optimizer->refresh_master(0, 0, m.unit_place(0).step_count);
   return e;
 }
 

@@ -1,6 +1,8 @@
 // zero/engine_impl.hpp — the engine's private state (Engine::Impl), shared by the engine's
-// source files: engine.cpp (the trainer-facing hooks and step()) and engine_state.cpp (the
-// shards and training state a checkpoint saves and loads).
+// source files: engine.cpp (the trainer-facing hooks and step()), engine_state.cpp (the shards
+// and training state a checkpoint saves and loads) and engine_observe.cpp (StepMetrics, the
+// timeline, the memory report). The state itself lives in the rooms it holds: the gradient
+// reducer, the parameter gatherer and the shard optimizer (zero/shard_optimizer.hpp).
 #pragma once
 
 #include <memory>
@@ -9,17 +11,17 @@
 #include <utility>
 #include <vector>
 
-#include "offload/offloaded_optimizer.hpp"
+#include "zero/core/observe.hpp"
+#include "zero/device/host_staging.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
 #include "zero/grad_reducer.hpp"
-#include "zero/host_staging.hpp"
 #include "zero/loss_scaler.hpp"
 #include "zero/lr_schedule.hpp"
-#include "zero/observe.hpp"
 #include "zero/optimizer.hpp"
 #include "zero/param_gatherer.hpp"
 #include "zero/placement.hpp"
+#include "zero/shard_optimizer.hpp"
 
 namespace zero {
 
@@ -34,7 +36,7 @@ struct HybridGroups {
 };
 HybridGroups hybrid_groups(Communicator& world, const Config& config, detail::Ownership ownership);
 
-struct Engine::Impl final : offload::ShardAccess {
+struct Engine::Impl final : detail::ShardAccess {
   Communicator& world;  // the caller's communicator
   HybridGroups groups;  // hybrid sharding only
   Communicator& comm;   // what the engine shards over: its group, else `world`
@@ -47,7 +49,7 @@ struct Engine::Impl final : offload::ShardAccess {
   std::unique_ptr<MemoryTracker> own_tracker;
   MemoryTracker* tracker = nullptr;
   // The device (parameters, gradients, the optimizer without offload) and the host optimizer
-  // (the offloaded state, the gradient partition on the host).
+  // (the offloaded optimizer's step, the gradient partition on the host).
   std::shared_ptr<DeviceOps> dev;
   CpuOptimizer host_optimizer;
   OptimizerParams oparams;
@@ -61,13 +63,11 @@ struct Engine::Impl final : offload::ShardAccess {
   std::vector<UnitSpec> specs;
   detail::PlacementInput input;  // validated at construction; the units join at lay_out
   std::optional<detail::Placement> placement;
-  // Without optimizer offload: the fp32 master (16-bit training) and the optimizer state on the
-  // device, over each unit's stepped range.
-  Buffer master;
-  std::vector<Buffer> state;
+  // The rooms, made by lay_out(): the gradients, the parameters, the optimizer state (on the
+  // device or offloaded, as the placement says).
   std::unique_ptr<detail::GradReducer> reducer;
   std::unique_ptr<detail::ParamGatherer> gatherer;
-  std::unique_ptr<offload::OffloadedOptimizer> offloaded;
+  std::unique_ptr<detail::ShardOptimizer> optimizer;
   std::int64_t steps = 0;
   std::int64_t skipped = 0;
 
@@ -137,7 +137,7 @@ struct Engine::Impl final : offload::ShardAccess {
   // The rooms wait for their collectives in flight as they go; only then may the communicator
   // forget the tracer (its workers record into it until the last collective completes).
   ~Impl() {
-    offloaded.reset();
+    optimizer.reset();
     gatherer.reset();
     reducer.reset();
     if (tracer != nullptr && comm.tracer() == tracer) comm.set_tracer(nullptr);
@@ -183,48 +183,14 @@ struct Engine::Impl final : offload::ShardAccess {
       dev->fill(trainer_params + numel * dtype_size(w), 0, (need - numel) * dtype_size(w));
     }
     gatherer = std::make_unique<detail::ParamGatherer>(
-        p, cfg, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
+        p, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
     reducer = std::make_unique<detail::GradReducer>(
         p, comm, *dev, host_optimizer, *tracker, trainer_grads, observer(), groups.replicas.get());
-    if (p.offloaded) {
-      offloaded = std::make_unique<offload::OffloadedOptimizer>(
-          p, cfg, *dev, host_optimizer, oparams, *tracker, *this, observer());
-      return;
-    }
-    master = detail::allocate(p.master, *dev, *tracker, {.zero = true});
-    for (int k = 0; k < oparams.num_states(); ++k) {
-      state.push_back(detail::allocate(p.state, *dev, *tracker));
-    }
-    // Zero the state in the partitioning the step uses (first touch lands here).
-    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
-      dev->init_state(oparams, shard_ref(u));
-    }
+    optimizer =
+        detail::make_shard_optimizer(p, *dev, host_optimizer, oparams, *tracker, *this, observer());
   }
 
-  // ---- the device optimizer's shards (no offload)
-  float* master_ptr(UnitId u) {
-    if (!place().separate_master) return reinterpret_cast<float*>(gatherer->step_params(u));
-    return master.as<float>() + unit_place(u).optim_offset;
-  }
-  char* state_ptr(UnitId u, int k) {
-    return at(state[static_cast<std::size_t>(k)].data(), unit_place(u).optim_offset,
-              oparams.state_dtype());
-  }
-  ShardRef shard_ref(UnitId u) {
-    ShardRef s;
-    s.count = unit_place(u).step_count;
-    s.master = master_ptr(u);
-    s.grad = reducer->step_grads(u);
-    s.grad_dtype = r;
-    for (int k = 0; k < oparams.num_states(); ++k) s.state[k] = state_ptr(u, k);
-    if (w != DType::kF32) {
-      s.param_copy = gatherer->step_params(u);
-      s.param_copy_dtype = w;
-    }
-    return s;
-  }
-
-  // ---- offload::ShardAccess: what the offloaded optimizer reads and writes
+  // ---- detail::ShardAccess: what the optimizer reads and writes of the other rooms
   const char* grads(UnitId u) override { return reducer->step_grads(u); }
   char* params(UnitId u) override { return gatherer->step_params(u); }
   bool params_on_nvme(UnitId u) override { return place().shard_on_nvme(u); }

@@ -30,7 +30,7 @@ const float* Engine::master_shard(UnitId u) const {
   Impl& m = const_cast<Impl&>(*impl_);
   m.check_unit(u, "master_shard");
   m.lay_out();
-  return m.offloaded ? m.offloaded->master(u) : m.master_ptr(u);
+  return m.optimizer->master(u);
 }
 
 const void* Engine::state_shard(UnitId u, int k) const {
@@ -41,19 +41,14 @@ const void* Engine::state_shard(UnitId u, int k) const {
              "state_shard(): the optimizer state lives in NVMe files (offload_optimizer.device = "
              "nvme); use copy_state_shard()");
   if (k < 0 || k >= m.oparams.num_states()) return nullptr;
-  return m.offloaded ? m.offloaded->state(u, k) : m.state_ptr(u, k);
+  return m.optimizer->state(u, k);
 }
 
 void Engine::copy_master_shard(UnitId u, float* out) {
   Impl& m = *impl_;
   m.check_unit(u, "copy_master_shard");
   m.lay_out();
-  if (m.offloaded) {
-    m.offloaded->copy_master(u, out);
-    return;
-  }
-  m.dev->copy(out, m.master_ptr(u), m.unit_place(u).step_count * 4);
-  m.dev->synchronize();
+  m.optimizer->copy_master(u, out);
 }
 
 void Engine::copy_state_shard(UnitId u, int k, void* out) {
@@ -63,13 +58,7 @@ void Engine::copy_state_shard(UnitId u, int k, void* out) {
              m.cfg.optimizer.type, " optimizer has ", m.oparams.num_states(), " states, not ",
              k + 1);
   m.lay_out();
-  if (m.offloaded) {
-    m.offloaded->copy_state(u, k, out);
-    return;
-  }
-  m.dev->copy(out, m.state_ptr(u, k),
-              m.unit_place(u).step_count * dtype_size(m.oparams.state_dtype()));
-  m.dev->synchronize();
+  m.optimizer->copy_state(u, k, out);
 }
 
 Engine::TrainingState Engine::training_state() const {
@@ -98,7 +87,6 @@ void Engine::load_shard(UnitId u, const float* master, const void* const* states
              "' is gathered (release its GatherGuard first)");
   const detail::UnitPlacement& up = m.unit_place(u);
   const std::size_t n = up.step_count;
-  const std::size_t sd = dtype_size(m.oparams.state_dtype());
   // The working copy over the stepped range: the master rounded to W (device memory, or the
   // NVMe parameter window in host memory).
   char* wdst = m.gatherer->step_params(u);
@@ -109,15 +97,7 @@ void Engine::load_shard(UnitId u, const float* master, const void* const* states
   } else {
     detail::from_host_f32(*m.dev, *m.tracker, master, wdst, m.w, n);
   }
-  if (m.offloaded) {
-    m.offloaded->load_unit(u, master, states);
-    return;
-  }
-  // fp32 without offload: the working copy written above is the master.
-  if (m.place().separate_master) m.dev->copy(m.master_ptr(u), master, n * 4);
-  for (int k = 0; k < m.oparams.num_states(); ++k)
-    m.dev->copy(m.state_ptr(u, k), states[k], n * sd);
-  m.dev->synchronize();
+  m.optimizer->load_unit(u, master, states);
 }
 
 void Engine::finish_load(std::int64_t steps, std::int64_t skipped,

@@ -5,8 +5,9 @@
 #include <cstring>
 #include <utility>
 
+#include "zero/bucket_layout.hpp"
+#include "zero/device/grad_accumulate.hpp"
 #include "zero/error.hpp"
-#include "zero/grad_accumulate.hpp"
 #include "zero/log.hpp"
 #include "zero/quantized_comm.hpp"
 
@@ -105,16 +106,9 @@ void GradReducer::grads_ready(UnitId u) {
       staging = bucket_pool_.take();
       bucket_left_[b] = static_cast<std::size_t>(bucket.last - bucket.first + 1);
     }
-    for (int q = 0; q < placement_.in.world_size; ++q) {
-      const auto qs = static_cast<std::size_t>(q);
-      char* dst = at(staging.data(), qs * bucket.shard + up.reduce_offset, r_);
-      const char* src = at(us.grad.data(), qs * ul.shard, w_);
-      if (w_ == r_) {
-        dev_.copy(dst, src, ul.shard * dtype_size(r_));
-      } else {
-        dev_.convert(src, w_, dst, r_, ul.shard);
-      }
-    }
+    pack(dev_, static_cast<const char*>(us.grad.data()), w_,
+         BucketSlot(staging.data(), bucket, up.reduce_offset, ul.shard, r_),
+         RankSelect::all(placement_.in.world_size));
     grad_pool_.give(std::move(us.grad));
     if (--bucket_left_[b] == 0) launch_bucket(up.reduce_bucket);
   }
@@ -161,16 +155,15 @@ void GradReducer::finish_front() {
   pending_.pop_front();
   p.handle.wait();
   const Bucket& bucket = placement_.reduce_buckets[static_cast<std::size_t>(p.bucket)];
-  const auto rank = static_cast<std::size_t>(placement_.in.rank);
-  const std::size_t rs = dtype_size(r_);
   if (p.boundary) {
     // Stage 1: this rank's reduced shards back to their places in the whole-unit accumulation
     // (a bucket of one unit was reduced there in place).
     if (bucket.merged()) {
       for (UnitId u = bucket.first; u <= bucket.last; ++u) {
-        dev_.copy(at(unit_acc(u), placement_.own_begin(u), r_),
-                  at(p.buffer.data(), rank * bucket.shard + placement_.unit(u).reduce_offset, r_),
-                  placement_.lay(u).shard * rs);
+        unpack(dev_,
+               BucketSlot(p.buffer.data(), bucket, placement_.unit(u).reduce_offset,
+                          placement_.lay(u).shard, r_),
+               unit_acc(u), RankSelect::just(placement_.in.world_size, placement_.in.rank));
       }
     }
     if (replicas_ != nullptr) {  // hybrid: the group's mean, averaged across the groups
@@ -284,7 +277,6 @@ void GradReducer::reduce_at_boundary() {
     return;
   }
   const auto rank = static_cast<std::size_t>(placement_.in.rank);
-  const std::size_t rs = dtype_size(r_);
   for (std::size_t b = 0; b < placement_.reduce_buckets.size(); ++b) {
     const Bucket& bucket = placement_.reduce_buckets[b];
     Pending p;
@@ -301,12 +293,10 @@ void GradReducer::reduce_at_boundary() {
     p.buffer = bucket_pool_.take();
     p.source = Source::kBucketPool;
     for (UnitId u = bucket.first; u <= bucket.last; ++u) {
-      const std::size_t shard = placement_.lay(u).shard;
-      for (int q = 0; q < placement_.in.world_size; ++q) {
-        const auto qs = static_cast<std::size_t>(q);
-        dev_.copy(at(p.buffer.data(), qs * bucket.shard + placement_.unit(u).reduce_offset, r_),
-                  at(unit_acc(u), qs * shard, r_), shard * rs);
-      }
+      pack(dev_, unit_acc(u), r_,
+           BucketSlot(p.buffer.data(), bucket, placement_.unit(u).reduce_offset,
+                      placement_.lay(u).shard, r_),
+           RankSelect::all(placement_.in.world_size));
     }
     char* base = static_cast<char*>(p.buffer.data());
     comm_.tag_next(bucket.first);

@@ -29,9 +29,9 @@
 
 #include "zero/buffer_pool.hpp"
 #include "zero/comm.hpp"
+#include "zero/core/observe.hpp"
 #include "zero/device_ops.hpp"
-#include "zero/engine.hpp"
-#include "zero/observe.hpp"
+#include "zero/optimizer.hpp"
 #include "zero/placement.hpp"
 
 namespace zero::detail {

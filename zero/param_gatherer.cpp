@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "offload/aio.hpp"
+#include "zero/bucket_layout.hpp"
 #include "zero/error.hpp"
 #include "zero/log.hpp"
 #include "zero/quantized_comm.hpp"
@@ -26,9 +27,9 @@ void PrefetchCoordinator::end_micro_step() {
   pos_ = 0;
 }
 
-ParamGatherer::ParamGatherer(const Placement& placement, const Config& config, Communicator& comm,
-                             DeviceOps& dev, MemoryTracker& tracker, bool poison_released,
-                             char* trainer_params, Observer observer)
+ParamGatherer::ParamGatherer(const Placement& placement, Communicator& comm, DeviceOps& dev,
+                             MemoryTracker& tracker, bool poison_released, char* trainer_params,
+                             Observer observer)
     : placement_(placement),
       comm_(comm),
       dev_(dev),
@@ -44,13 +45,7 @@ ParamGatherer::ParamGatherer(const Placement& placement, const Config& config, C
       units_(placement.num_units()),
       prefetch_(placement.in.prefetch_bucket, placement.in.max_live) {
   if (!placement.nvme_params) return;
-  const OffloadConfig& po = config.zero_optimization.offload_param;
-  offload::ChunkSwapper::Options so;
-  so.dir = po.nvme_path;
-  so.stem = "param-r" + std::to_string(placement.in.rank);
-  so.origin = "config key 'zero_optimization.offload_param.nvme_path'";
-  so.buffer_count = 0;  // the window is the only buffer
-  so.aio = offload::AioOptions::from_config(config.aio);
+  offload::ChunkSwapper::Options so = placement.in.param_swap;
   so.aio.observer = observer;
   swapper_ = std::make_unique<offload::ChunkSwapper>(tracker, placement.param_slot_elems,
                                                      placement.param_parts, std::move(so));
@@ -246,7 +241,6 @@ void ParamGatherer::gather_updated() {
   if (!placement_.in.policy.shard_optimizer) return;
   const auto rank = static_cast<std::size_t>(placement_.in.rank);
   const int n = placement_.in.world_size;
-  const std::size_t ws = dtype_size(w_);
   struct InFlight {
     int bucket;
     CommHandle handle;
@@ -263,14 +257,9 @@ void ParamGatherer::gather_updated() {
     const Bucket& b = placement_.gather_buckets[static_cast<std::size_t>(f.bucket)];
     for (UnitId u = b.first; u <= b.last; ++u) {
       const UnitPlacement& up = placement_.unit(u);
-      const std::size_t shard = placement_.lay(u).shard;
-      char* base = at(whole_base(), up.params_offset, w_);
-      for (int q = 0; q < n; ++q) {
-        const auto qs = static_cast<std::size_t>(q);
-        if (qs == rank) continue;  // this rank's shard is where the optimizer wrote it
-        dev_.copy(at(base, qs * shard, w_),
-                  at(f.staging.data(), qs * b.shard + up.gather_offset, w_), shard * ws);
-      }
+      // This rank's shard is where the optimizer wrote it.
+      unpack(dev_, BucketSlot(f.staging.data(), b, up.gather_offset, placement_.lay(u).shard, w_),
+             at(whole_base(), up.params_offset, w_), RankSelect::except(n, placement_.in.rank));
     }
     bucket_pool_.give(std::move(f.staging));
     --merged;
@@ -291,9 +280,9 @@ void ParamGatherer::gather_updated() {
     char* own = at(f.staging.data(), rank * b.shard, w_);
     for (UnitId u = b.first; u <= b.last; ++u) {
       const UnitPlacement& up = placement_.unit(u);
-      dev_.copy(at(own, up.gather_offset, w_),
-                at(whole_base(), up.params_offset + placement_.own_begin(u), w_),
-                placement_.lay(u).shard * ws);
+      pack(dev_, at(whole_base(), up.params_offset, w_), w_,
+           BucketSlot(f.staging.data(), b, up.gather_offset, placement_.lay(u).shard, w_),
+           RankSelect::just(n, placement_.in.rank));
     }
     comm_.tag_next(b.first);
     f.handle = comm_.all_gather_async(own, f.staging.data(), b.shard, w_);

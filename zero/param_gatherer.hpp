@@ -23,11 +23,10 @@
 #include <vector>
 
 #include "offload/nvme_swapper.hpp"
+#include "zero/buffer_pool.hpp"
 #include "zero/comm.hpp"
-#include "zero/config.hpp"
+#include "zero/core/observe.hpp"
 #include "zero/device_ops.hpp"
-#include "zero/grad_reducer.hpp"
-#include "zero/observe.hpp"
 #include "zero/placement.hpp"
 
 namespace zero::detail {
@@ -60,8 +59,8 @@ class ParamGatherer {
   // observer: where the shard file's NVMe requests are traced and counted, and the pinned
   // shards' copies to the device counted (its tracer and counters, either may be null, outlive
   // this).
-  ParamGatherer(const Placement& placement, const Config& config, Communicator& comm,
-                DeviceOps& dev, MemoryTracker& tracker, bool poison_released, char* trainer_params,
+  ParamGatherer(const Placement& placement, Communicator& comm, DeviceOps& dev,
+                MemoryTracker& tracker, bool poison_released, char* trainer_params,
                 Observer observer);
   ~ParamGatherer();  // waits for prefetches in flight (logging failures)
   ParamGatherer(const ParamGatherer&) = delete;

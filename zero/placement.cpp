@@ -6,7 +6,6 @@
 
 #include "offload/aio.hpp"
 #include "zero/comm.hpp"
-#include "zero/engine.hpp"
 #include "zero/error.hpp"
 #include "zero/optimizer.hpp"
 #include "zero/quantized_comm.hpp"
@@ -106,6 +105,19 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
   in.param_offload = in.policy.shard_params ? z.offload_param.device : OffloadDevice::kNone;
   in.offload_chunk = static_cast<std::size_t>(z.offload_optimizer.buffer_size);
   in.offload_buffers = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
+  const std::string r = std::to_string(rank);
+  in.param_swap.dir = z.offload_param.nvme_path;
+  in.param_swap.stem = "param-r" + r;
+  in.param_swap.origin = "config key 'zero_optimization.offload_param.nvme_path'";
+  in.param_swap.buffer_count = 0;  // the gatherer's window is the only buffer
+  in.param_swap.aio = offload::AioOptions::from_config(config.aio);
+  in.optim_swap.dir = z.offload_optimizer.nvme_path;
+  in.optim_swap.stem = "optim-r" + r;
+  in.optim_swap.origin = "config key 'zero_optimization.offload_optimizer.nvme_path'";
+  in.optim_swap.buffer_count = in.offload_buffers;
+  in.optim_swap.pipeline_read = z.offload_optimizer.pipeline_read;
+  in.optim_swap.pipeline_write = z.offload_optimizer.pipeline_write;
+  in.optim_swap.aio = in.param_swap.aio;
   in.persistence_threshold = static_cast<std::size_t>(z.stage3_param_persistence_threshold);
   in.prefetch_bucket = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
   in.max_live = static_cast<std::size_t>(z.stage3_max_live_parameters);

@@ -22,11 +22,11 @@
 
 #include "offload/nvme_swapper.hpp"
 #include "zero/config.hpp"
+#include "zero/config/stage_policy.hpp"
 #include "zero/device_ops.hpp"
 #include "zero/dtype.hpp"
-#include "zero/layout.hpp"
+#include "zero/flat_layout.hpp"
 #include "zero/memory.hpp"
-#include "zero/stage_policy.hpp"
 #include "zero/unit.hpp"
 
 namespace zero::detail {
@@ -116,6 +116,10 @@ struct PlacementInput {
   bool quantized_gradients = false;
   std::size_t quant_block = 256;
   int replicas = 1;
+  // The NVMe swap files (offload_param / offload_optimizer with device nvme): directory, stem,
+  // the config key that chose the directory, staging buffers, pipelining and the aio queue, parsed
+  // once here; the rooms that own the swappers add their observer.
+  offload::ChunkSwapper::Options param_swap, optim_swap;
 };
 
 // The placement input of `config` (every choice parsed once here). Throws kConfig for a

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 
+#include "zero/config/stage_policy.hpp"
 #include "zero/error.hpp"
 #include "zero/grad_reducer.hpp"
 #include "zero/param_gatherer.hpp"
 #include "zero/placement.hpp"
-#include "zero/stage_policy.hpp"
 
 namespace zero {
 

@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "gpt/gpt_model.hpp"
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/engine.hpp"
 #include "zero/memory.hpp"
 

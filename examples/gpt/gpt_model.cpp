@@ -18,7 +18,7 @@
 
 #include "gpt/gpt_block.hpp"
 #include "gpt/gpt_math.hpp"
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/cpu_features.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/engine.hpp"
 #include "zero/memory.hpp"
 
@@ -155,8 +155,8 @@ class GptModel {
   // Stage 3: a collective like any gather.
   double forward_loss(Engine& e, const TokenBatch& batch);
 
-  // Activation checkpointing of the blocks (zero/checkpointing.hpp); default none. Gradients are
-  // bitwise those without.
+  // Activation checkpointing of the blocks (zero/activation_checkpointing.hpp); default none.
+  // Gradients are bitwise those without.
   void set_checkpointing(const CheckpointSpec& spec);
   const CheckpointSpec& checkpointing() const noexcept { return ckpt_; }
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "gpt/gpt_flags.hpp"
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/error.hpp"
 
 namespace zero::train {

@@ -40,7 +40,7 @@
 #include "gpt/gpt_model.hpp"
 #include "train/train_options.hpp"
 #include "train/train_report.hpp"
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/ckpt.hpp"
 #include "zero/comm.hpp"
 #include "zero/comm_config.hpp"

@@ -30,6 +30,9 @@
 #include <string_view>
 #include <vector>
 
+#include "zero/dtype.hpp"
+#include "zero/lr_schedule.hpp"  // SchedulerConfig
+
 namespace zero {
 
 // ---- zero_optimization.offload_optimizer / offload_param
@@ -122,32 +125,8 @@ struct OptimizerConfig {
   std::string moment_dtype = "f32";  // zero extension: f32 | bf16 moments
 };
 
-// ---- scheduler (DeepSpeed names); type "" = constant lr from the optimizer block
-struct SchedulerConfig {
-  std::string type;  // "" | WarmupLR | WarmupDecayLR | WarmupCosineLR | OneCycle
-  // WarmupLR / WarmupDecayLR
-  double warmup_min_lr = 0.0;
-  double warmup_max_lr = 0.001;
-  std::int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";   // log | linear
-  std::int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: required (> warmup)
-  // WarmupCosineLR (ratios of the optimizer lr)
-  double warmup_min_ratio = 0.0;
-  double cos_min_ratio = 0.0001;
-  // OneCycle
-  double cycle_min_lr = 0.0;
-  double cycle_max_lr = 0.0;
-  double decay_lr_rate = 0.0;
-  std::int64_t cycle_first_step_size = 2000;
-  std::int64_t cycle_second_step_size = 0;  // 0: same as first
-  std::int64_t cycle_first_stair_count = 0;
-  std::int64_t cycle_second_stair_count = 0;
-  std::int64_t decay_step_size = 0;
-  bool cycle_momentum = true;
-  double cycle_min_mom = 0.8;
-  double cycle_max_mom = 0.9;
-  double decay_mom_rate = 0.0;
-};
+// ---- scheduler: SchedulerConfig (DeepSpeed names) is the schedule's own input, in
+// zero/lr_schedule.hpp.
 
 // ---- fp16 (dynamic loss scaling, DeepSpeed semantics)
 struct Fp16Config {
@@ -283,5 +262,10 @@ Config parse_config(std::string_view json_text);
 Config load_config(const std::string& path);
 Config config_from_command_line(int argc, const char* const* argv,
                                 std::vector<std::string>* rest = nullptr);
+
+// The working dtype a config trains in (fp16.enabled: f16, bf16.enabled: bf16, else f32) and
+// the dtype gradients are reduced and accumulated in (communication_data_type; default f32).
+DType working_dtype(const Config& config);
+DType reduce_dtype_of(const Config& config);
 
 }  // namespace zero

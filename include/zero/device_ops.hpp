@@ -2,8 +2,8 @@
 // gradients and (without offload) the fp32 master and optimizer state live, and the few
 // operations the engine runs on them (allocate, fill, copy, convert, accumulate, the fused
 // optimizer step on a shard, the gradient norm). The engine is written once against it; the
-// CPU device (zero/device_ops_cpu.cpp: oneTBB + SIMD) and the CUDA device
-// (zero/device_ops_cuda.cpp: the kernels in kernels/, the engine's stream and a copy stream)
+// CPU device (zero/device/device_ops_cpu.cpp: oneTBB + SIMD) and the CUDA device
+// (zero/device/device_ops_cuda.cpp: the kernels in kernels/, the engine's stream and a copy stream)
 // implement it. Both run the per-element math of zero/detail/optim_math.hpp and the
 // conversions of zero/dtype.hpp, so a step gives the same bits on either.
 //

@@ -156,11 +156,6 @@ struct ParamShard {
 
 class Engine;
 
-// The working dtype a config trains in (fp16.enabled: f16, bf16.enabled: bf16, else f32) and
-// the dtype gradients are reduced and accumulated in (communication_data_type; default f32).
-DType working_dtype(const Config& config);
-DType reduce_dtype_of(const Config& config);
-
 // Elements a trainer's flat buffers need for attach mode: numel padded to a multiple of
 // world_size x alignment.
 std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment = 32);

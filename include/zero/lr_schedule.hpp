@@ -26,9 +26,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
-
-#include "zero/config.hpp"
 
 namespace zero {
 
@@ -38,6 +37,34 @@ enum class LrScheduleType : std::uint8_t {
   kWarmupDecayLR,
   kWarmupCosineLR,
   kOneCycle
+};
+
+// The config's scheduler block (DeepSpeed names; Config::scheduler); type "" = a constant lr
+// from the optimizer block.
+struct SchedulerConfig {
+  std::string type;  // "" | WarmupLR | WarmupDecayLR | WarmupCosineLR | OneCycle
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  std::int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";   // log | linear
+  std::int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR: required (> warmup)
+  // WarmupCosineLR (ratios of the optimizer lr)
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+  // OneCycle
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  double decay_lr_rate = 0.0;
+  std::int64_t cycle_first_step_size = 2000;
+  std::int64_t cycle_second_step_size = 0;  // 0: same as first
+  std::int64_t cycle_first_stair_count = 0;
+  std::int64_t cycle_second_stair_count = 0;
+  std::int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
 };
 
 // "constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle".

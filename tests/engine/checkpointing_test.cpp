@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/discrete_device.hpp"
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/error.hpp"
 
 namespace zero {

@@ -20,7 +20,7 @@
 #include "engine/compare.hpp"
 #include "gpt/gpt_cuda.hpp"
 #include "gpt/gpt_model.hpp"
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/detail/cuda_runtime.hpp"

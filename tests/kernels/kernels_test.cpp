@@ -17,9 +17,9 @@
 #include "comm/gpu_rank.hpp"
 #include "zero/detail/cuda_runtime.hpp"
 #include "zero/detail/kernels.hpp"
+#include "zero/device/grad_accumulate.hpp"
 #include "zero/dtype.hpp"
 #include "zero/error.hpp"
-#include "zero/grad_accumulate.hpp"
 #include "zero/optimizer.hpp"
 
 namespace zero {

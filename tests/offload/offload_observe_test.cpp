@@ -23,9 +23,9 @@
 #include "offload/aio.hpp"
 #include "offload/io_fixtures.hpp"
 #include "zero/comm.hpp"
+#include "zero/core/observe.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
-#include "zero/observe.hpp"
 #include "zero/trace.hpp"
 
 namespace zero {

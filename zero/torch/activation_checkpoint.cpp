@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "zero/checkpointing.hpp"
+#include "zero/activation_checkpointing.hpp"
 #include "zero/error.hpp"
 #include "zero/torch.hpp"
 

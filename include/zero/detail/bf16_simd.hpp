@@ -2,7 +2,7 @@
 // zero::f32_to_bf16 (round to nearest even; NaN keeps sign and top payload, made quiet) for
 // 8 (AVX2) or 16 (AVX-512) lanes. Each lane holds the bf16 result in its low 16 bits.
 //
-// Shared by the bulk converters (zero/dtype_convert.cpp) and the CPU optimizers' 16-bit
+// Shared by the bulk converters (zero/core/dtype_convert.cpp) and the CPU optimizers' 16-bit
 // parameter copy (optim/). The functions carry their own target attributes and internal
 // linkage, so every translation unit gets its own copy and none leaks an AVX-512 instruction
 // into baseline code through the one-definition rule.

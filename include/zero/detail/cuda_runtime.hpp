@@ -1,7 +1,7 @@
 // zero/detail/cuda_runtime.hpp — the thin CUDA runtime surface the rest of the library uses.
 //
-// Implemented in zero/cuda_runtime.cpp when built with CUDA (the only file outside kernels/
-// and the NCCL communicator that includes a CUDA header) and in zero/cuda_runtime_none.cpp
+// Implemented in zero/device/cuda_runtime.cpp when built with CUDA (the only file outside kernels/
+// and the NCCL communicator that includes a CUDA header) and in zero/device/cuda_runtime_none.cpp
 // otherwise, where device_count() is 0 and every allocation throws zero::Error(kCuda).
 //
 // Thread safety: all functions are safe to call concurrently.
@@ -27,10 +27,5 @@ void device_memset(void* p, int value, std::size_t bytes, int device);
 void* host_alloc(std::size_t bytes);  // cudaHostAlloc; throws
 void host_free(void* p) noexcept;
 DeviceMemoryInfo mem_info(int device);
-
-// NVTX ranges on the calling thread (zero/trace.hpp's TraceScope): Nsight Systems shows them;
-// without a profiler attached NVTX does nothing. No-ops in a build without CUDA.
-void nvtx_push(const char* name) noexcept;
-void nvtx_pop() noexcept;
 
 }  // namespace zero::detail::cuda

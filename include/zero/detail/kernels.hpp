@@ -51,7 +51,7 @@ void scale(void* data, DType dtype, std::size_t count, float factor, void* strea
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t count,
           void* stream);
 
-// Gradient accumulation (zero/grad_accumulate.hpp's rule): first: dst[i] = src[i] converted;
+// Gradient accumulation (zero/device/grad_accumulate.hpp's rule): first: dst[i] = src[i] converted;
 // else dst[i] = dst[i] + src[i] in f32, rounded once to dst's dtype. The same bits as
 // zero::detail::accumulate on the CPU. Returns when enqueued.
 void accumulate(void* dst, DType dst_dtype, const void* src, DType src_dtype, std::size_t count,

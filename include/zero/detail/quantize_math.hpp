@@ -1,5 +1,5 @@
 // zero/detail/quantize_math.hpp — block-wise symmetric int8 quantization, per element: shared
-// by the CPU path (zero/quantize.cpp) and the CUDA kernels, so both give the same bits.
+// by the CPU path (zero/device/quantize.cpp) and the CUDA kernels, so both give the same bits.
 //
 // A block of elements with absolute maximum m is stored as int8 values q and one f32 scale
 // s = m / 127: q = round_half_even(x * (127 / m)), clamped to [-127, 127], and read back as

@@ -1,0 +1,40 @@
+// zero/config/config_reader.hpp — the one place a merged config document becomes a Config: every
+// key read with its type and range, unknown keys refused with a suggestion, contradictions named
+// (zero/config/config.cpp). The sources that build the document (file, environment, --set,
+// arguments) are zero/config/config_builder.cpp's; the bounds below are what both sides enforce.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "zero/config.hpp"
+
+namespace zero::detail {
+
+// ---- bounds on what a config source may hold (documented in include/zero/config.hpp)
+
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;  // one file or JSON text
+// Objects and arrays open at once, the document's top-level object included. Enforced while
+// parsing, so nothing recursive (merge, copy, dump, destruction) ever sees a deeper document.
+inline constexpr int kMaxConfigDepth = 64;
+inline constexpr std::size_t kMaxKeyBytes = 256;
+inline constexpr std::size_t kMaxStringBytes = 4096;  // PATH_MAX: nvme_path is the longest
+inline constexpr std::size_t kMaxEchoBytes = 80;      // of a key or value quoted in a message
+
+// `s` as it may appear in a message: bytes outside printable ASCII as \xNN, at most `max` bytes
+// of it, then "... (N bytes)". Every echo of input goes through it.
+std::string printable(std::string_view s, std::size_t max = kMaxEchoBytes);
+
+// The offset of the first byte of `s` that is not well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or nullopt.
+std::optional<std::size_t> utf8_error(std::string_view s);
+
+// Throws zero::Error(kConfig) naming the full key path and the value.
+Config read_config(const nlohmann::json& doc);
+
+}  // namespace zero::detail

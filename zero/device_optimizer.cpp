@@ -1,0 +1,94 @@
+// The shard optimizer on the compute device (see zero/device_optimizer.hpp), and the choice
+// between it and the offloaded one.
+#include "zero/device_optimizer.hpp"
+
+#include "zero/error.hpp"
+#include "zero/offloaded_optimizer.hpp"
+
+namespace zero::detail {
+
+DeviceOptimizer::DeviceOptimizer(const Placement& placement, DeviceOps& dev,
+                                 const OptimizerParams& params, MemoryTracker& tracker,
+                                 ShardAccess& access, Observer observer)
+    : placement_(placement), dev_(dev), params_(params), access_(access), observer_(observer) {
+  master_ = allocate(placement.master, dev, tracker, {.zero = true});
+  for (int k = 0; k < params.num_states(); ++k) {
+    state_.push_back(allocate(placement.state, dev, tracker));
+  }
+  for (UnitId u = 0; u < static_cast<UnitId>(placement.num_units()); ++u) {
+    dev_.init_state(params_, shard_ref(u));
+  }
+}
+
+float* DeviceOptimizer::master(UnitId u) {
+  // fp32 training: the working shard is the master.
+  if (!placement_.separate_master) return reinterpret_cast<float*>(access_.params(u));
+  return master_.as<float>() + placement_.unit(u).optim_offset;
+}
+
+char* DeviceOptimizer::state(UnitId u, int k) {
+  return at(state_[static_cast<std::size_t>(k)].data(), placement_.unit(u).optim_offset,
+            params_.state_dtype());
+}
+
+ShardRef DeviceOptimizer::shard_ref(UnitId u) {
+  ShardRef s;
+  s.count = placement_.unit(u).step_count;
+  s.master = master(u);
+  s.grad = access_.grads(u);
+  s.grad_dtype = placement_.in.reduce;
+  for (int k = 0; k < params_.num_states(); ++k) s.state[k] = state(u, k);
+  if (placement_.in.working != DType::kF32) {
+    s.param_copy = access_.params(u);
+    s.param_copy_dtype = placement_.in.working;
+  }
+  return s;
+}
+
+void DeviceOptimizer::step(const OptimizerParams& params, std::int64_t step, float grad_scale) {
+  TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer step");
+  std::vector<ShardRef> refs;
+  for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
+    refs.push_back(shard_ref(u));
+  }
+  dev_.optimizer_step(params, refs.data(), refs.size(), step, grad_scale);
+}
+
+void DeviceOptimizer::copy_master(UnitId u, float* out) {
+  dev_.copy(out, master(u), placement_.unit(u).step_count * 4);
+  dev_.synchronize();
+}
+
+void DeviceOptimizer::copy_state(UnitId u, int k, void* out) {
+  dev_.copy(out, state(u, k), placement_.unit(u).step_count * dtype_size(params_.state_dtype()));
+  dev_.synchronize();
+}
+
+void DeviceOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi) {
+  if (!placement_.separate_master) return;  // the working shard is the master
+  const DType w = placement_.in.working;
+  dev_.convert(at(access_.params(u), lo, w), w, master(u) + lo, DType::kF32, hi - lo);
+}
+
+void DeviceOptimizer::load_unit(UnitId u, const float* master_in, const void* const* states) {
+  const std::size_t n = placement_.unit(u).step_count;
+  // fp32: the working copy the caller wrote is the master.
+  if (placement_.separate_master) dev_.copy(master(u), master_in, n * 4);
+  const std::size_t sd = dtype_size(params_.state_dtype());
+  for (int k = 0; k < params_.num_states(); ++k) dev_.copy(state(u, k), states[k], n * sd);
+  dev_.synchronize();
+}
+
+std::unique_ptr<ShardOptimizer> make_shard_optimizer(const Placement& placement, DeviceOps& dev,
+                                                     const CpuOptimizer& host,
+                                                     const OptimizerParams& params,
+                                                     MemoryTracker& tracker, ShardAccess& access,
+                                                     Observer observer) {
+  if (placement.offloaded) {
+    return std::make_unique<OffloadedOptimizer>(placement, dev, host, params, tracker, access,
+                                                observer);
+  }
+  return std::make_unique<DeviceOptimizer>(placement, dev, params, tracker, access, observer);
+}
+
+}  // namespace zero::detail

@@ -1,0 +1,43 @@
+// zero/device_optimizer.hpp — the shard optimizer on the compute device (no optimizer offload):
+// the fp32 master (16-bit training; in fp32 training the working shard is the master) and the
+// optimizer states over each unit's stepped range, stepped by the device's fused optimizer.
+//
+// Observed: the step is one TraceLane::kOptimizer region "optimizer step".
+//
+// Thread safety: belongs to one rank's engine; used from the rank's thread.
+#pragma once
+
+#include <vector>
+
+#include "zero/shard_optimizer.hpp"
+
+namespace zero::detail {
+
+class DeviceOptimizer final : public ShardOptimizer {
+ public:
+  // REQUIRES: !placement.offloaded. Allocates the master (zeroed) and the states and zeroes the
+  // states in the partitioning the step uses (first touch lands here).
+  DeviceOptimizer(const Placement& placement, DeviceOps& dev, const OptimizerParams& params,
+                  MemoryTracker& tracker, ShardAccess& access, Observer observer);
+
+  void step(const OptimizerParams& params, std::int64_t step, float grad_scale) override;
+  float* master(UnitId u) override;
+  char* state(UnitId u, int k) override;
+  void copy_master(UnitId u, float* out) override;
+  void copy_state(UnitId u, int k, void* out) override;
+  void refresh_master(UnitId u, std::size_t lo, std::size_t hi) override;
+  void load_unit(UnitId u, const float* master, const void* const* states) override;
+
+ private:
+  ShardRef shard_ref(UnitId u);
+
+  const Placement& placement_;
+  DeviceOps& dev_;
+  const OptimizerParams& params_;
+  ShardAccess& access_;
+  Observer observer_;
+  Buffer master_;
+  std::vector<Buffer> state_;
+};
+
+}  // namespace zero::detail

@@ -1,0 +1,43 @@
+// zero/flat_layout.hpp — where each unit's parameters sit in the flat buffers, and its shards.
+//
+// A unit is laid out as one flat range: parameter i starts at params[i].offset (a multiple of
+// the alignment), the range is padded to a multiple of N x alignment (padded) and split into N
+// shards of `shard` elements. Units are concatenated in declaration order, both as whole units
+// (full_offset) and as shards (shard_offset).
+//
+// Thread safety: a plain value.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "zero/unit.hpp"
+
+namespace zero::detail {
+
+struct ParamLayout {
+  std::size_t offset = 0;  // in the unit's flat range
+  std::size_t numel = 0;
+};
+
+struct UnitLayout {
+  std::vector<ParamLayout> params;
+  std::size_t numel = 0;         // end of the last parameter (before padding)
+  std::size_t padded = 0;        // multiple of N x alignment
+  std::size_t shard = 0;         // padded / N
+  std::size_t full_offset = 0;   // sum of the padded sizes of the units before
+  std::size_t shard_offset = 0;  // sum of the shard sizes of the units before
+};
+
+struct Layout {
+  std::vector<UnitLayout> units;
+  std::size_t total_padded = 0;
+  std::size_t total_shard = 0;
+  std::size_t max_padded = 0;
+};
+
+// Throws zero::Error(kInvalidArgument) naming the unit / parameter for an empty unit, an empty
+// shape or an extent < 1, and for an alignment that is not a power of two.
+Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size_t alignment);
+
+}  // namespace zero::detail

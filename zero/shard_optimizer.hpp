@@ -1,0 +1,72 @@
+// zero/shard_optimizer.hpp — the optimizer state of this rank's shard, a room of its own: the
+// fp32 master and the optimizer states over every unit's stepped range, and the step that
+// updates them. Two implementations, chosen once from the placement by make_shard_optimizer():
+// on the compute device (DeviceOptimizer, zero/device_optimizer.hpp) and off it, in pinned host
+// memory or NVMe files (OffloadedOptimizer, zero/offloaded_optimizer.hpp). The engine steps,
+// checkpoints and observes the optimizer through this interface only; nothing above it branches
+// on the tier.
+//
+// Thread safety: belongs to one rank's engine; used from the rank's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "zero/core/observe.hpp"
+#include "zero/device_ops.hpp"
+#include "zero/memory.hpp"
+#include "zero/optimizer.hpp"
+#include "zero/placement.hpp"
+#include "zero/unit.hpp"
+
+namespace zero::detail {
+
+// What the optimizer reads and writes of the engine's other rooms (the reducer's gradients, the
+// gatherer's working parameters).
+class ShardAccess {
+ public:
+  virtual ~ShardAccess() = default;
+  // Unit u's reduced gradients over its stepped range (R; device memory or, with the partition
+  // on the host, pinned).
+  virtual const char* grads(UnitId u) = 0;
+  // Unit u's working parameters over its stepped range (device memory, or host memory when
+  // params_on_nvme(u): the window between load_params(u) and store_params(u)).
+  virtual char* params(UnitId u) = 0;
+  virtual bool params_on_nvme(UnitId u) = 0;
+  virtual void load_params(UnitId u) = 0;
+  virtual void store_params(UnitId u) = 0;
+};
+
+class ShardOptimizer {
+ public:
+  virtual ~ShardOptimizer() = default;
+
+  // One update of every stepped range (params.lr set by the caller), the working parameters
+  // rewritten from the master. `step` is 1-based; grad_scale divides the gradients.
+  virtual void step(const OptimizerParams& params, std::int64_t step, float grad_scale) = 0;
+
+  // The master / state k of unit u's stepped range where the tier gives a pointer (device or
+  // pinned memory); kInvalidArgument naming the tier with NVMe (use the copies).
+  virtual float* master(UnitId u) = 0;
+  virtual char* state(UnitId u, int k) = 0;
+  // Copies of unit u's stepped master / state k to host memory `out`, from whichever tier.
+  virtual void copy_master(UnitId u, float* out) = 0;
+  virtual void copy_state(UnitId u, int k, void* out) = 0;
+  // The working parameters [lo, hi) of unit u's stepped range changed (set_param, attach): the
+  // master follows.
+  virtual void refresh_master(UnitId u, std::size_t lo, std::size_t hi) = 0;
+  // Overwrites unit u's stepped master and states with `master` / `states` (host memory, the
+  // stepped range; a checkpoint's load). The working parameters are the caller's.
+  virtual void load_unit(UnitId u, const float* master, const void* const* states) = 0;
+};
+
+// The optimizer the placement asks for (placement.offloaded: off the device). `placement`, `dev`,
+// `host`, `params`, `tracker`, `access` and the observer's tracer and counters outlive it.
+std::unique_ptr<ShardOptimizer> make_shard_optimizer(const Placement& placement, DeviceOps& dev,
+                                                     const CpuOptimizer& host,
+                                                     const OptimizerParams& params,
+                                                     MemoryTracker& tracker, ShardAccess& access,
+                                                     Observer observer);
+
+}  // namespace zero::detail
