@@ -42,10 +42,12 @@ double LrSchedule::one_cycle_fraction(std::int64_t i) const {
   return x <= step_ratio_ ? x / step_ratio_ : (x - 1.0) / (step_ratio_ - 1.0);
 }
 
-double LrSchedule::lr(std::int64_t i) const {
+double LrSchedule::lr(std::int64_t i) const { return lr(i, base_lr_); }
+
+double LrSchedule::lr(std::int64_t i, double group_lr) const {
   ZERO_CHECK(i >= -1, kInvalidArgument, "LrSchedule::lr: iteration ", i, " must be >= -1");
   switch (type_) {
-    case LrScheduleType::kConstant: return base_lr_;
+    case LrScheduleType::kConstant: return group_lr;
     case LrScheduleType::kWarmupLR:
     case LrScheduleType::kWarmupDecayLR: {
       if (i < 0) return c_.warmup_min_lr;
@@ -70,7 +72,7 @@ double LrSchedule::lr(std::int64_t i) const {
         const double cos_part = (1.0 + std::cos(std::numbers::pi * real_last / real_total)) / 2.0;
         ratio = std::max(0.0, c_.cos_min_ratio + (1.0 - c_.cos_min_ratio) * cos_part);
       }
-      return base_lr_ * ratio;
+      return group_lr * ratio;
     }
     case LrScheduleType::kOneCycle: {
       if (i < 0) return c_.cycle_min_lr;

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "zero/error.hpp"
 #include "zero/optimizer.hpp"
@@ -80,6 +81,49 @@ void check_params(const OptimizerParams& p, ErrorCode code, const std::string& p
 }  // namespace
 
 void OptimizerParams::validate() const { check_params(*this, ErrorCode::kInvalidArgument, ""); }
+
+OptimizerParams ParamGroup::apply(const OptimizerParams& base) const {
+  ZERO_CHECK(!name.empty(), kInvalidArgument, "parameter group: the name must not be empty");
+  OptimizerParams p = base;
+  auto set = [](auto& field, const auto& value) {
+    if (value) field = *value;
+  };
+  set(p.lr, lr);
+  set(p.beta1, beta1);
+  set(p.beta2, beta2);
+  set(p.eps, eps);
+  set(p.weight_decay, weight_decay);
+  set(p.momentum, momentum);
+  set(p.dampening, dampening);
+  set(p.bias_correction, bias_correction);
+  set(p.nesterov, nesterov);
+  check_params(p, ErrorCode::kInvalidArgument, "parameter group '" + name + "': ");
+  // One state layout for every group: the shard's state arrays are shared.
+  ZERO_CHECK(p.num_states() == base.num_states(), kInvalidArgument, "parameter group '", name,
+             "': momentum = ", p.momentum, " gives ", to_string(p.type), " ", p.num_states(),
+             " state array(s) but the optimizer's own group has ", base.num_states(),
+             " (momentum = ", base.momentum,
+             "): every group keeps the same state; give momentum > 0 to all or none");
+  return p;
+}
+
+ShardRef ShardRef::part(std::size_t at, std::size_t n, DType state_dtype) const {
+  ZERO_CHECK(at <= count && n <= count - at, kInvalidArgument, "ShardRef::part(", at, ", ", n,
+             ") of a shard of ", count, " elements");
+  auto shift = [](auto* p, std::size_t elems, DType t) {
+    using Byte =
+        std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(p)>>, const char, char>;
+    return p == nullptr ? p
+                        : static_cast<decltype(p)>(static_cast<Byte*>(p) + elems * dtype_size(t));
+  };
+  ShardRef r = *this;
+  r.count = n;
+  r.master = master + at;
+  r.grad = shift(grad, at, grad_dtype);
+  for (void*& st : r.state) st = shift(st, at, state_dtype);
+  r.param_copy = shift(param_copy, at, param_copy_dtype);
+  return r;
+}
 
 int OptimizerParams::num_states() const noexcept {
   switch (type) {

@@ -45,13 +45,21 @@ ShardRef DeviceOptimizer::shard_ref(UnitId u) {
   return s;
 }
 
-void DeviceOptimizer::step(const OptimizerParams& params, std::int64_t step, float grad_scale) {
+void DeviceOptimizer::step(const std::vector<OptimizerParams>& groups, std::int64_t step,
+                           float grad_scale) {
   TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer step");
-  std::vector<ShardRef> refs;
+  // One launch per group over every run of it (one launch in all without groups).
+  std::vector<std::vector<ShardRef>> refs(groups.size());
   for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
-    refs.push_back(shard_ref(u));
+    const ShardRef whole = shard_ref(u);
+    placement_.for_each_run(u, 0, whole.count, [&](std::size_t at, std::size_t n, int g) {
+      refs[static_cast<std::size_t>(g)].push_back(whole.part(at, n, params_.state_dtype()));
+    });
   }
-  dev_.optimizer_step(params, refs.data(), refs.size(), step, grad_scale);
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (!refs[g].empty())
+      dev_.optimizer_step(groups[g], refs[g].data(), refs[g].size(), step, grad_scale);
+  }
 }
 
 void DeviceOptimizer::copy_master(UnitId u, float* out) {

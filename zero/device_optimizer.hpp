@@ -20,7 +20,8 @@ class DeviceOptimizer final : public ShardOptimizer {
   DeviceOptimizer(const Placement& placement, DeviceOps& dev, const OptimizerParams& params,
                   MemoryTracker& tracker, ShardAccess& access, Observer observer);
 
-  void step(const OptimizerParams& params, std::int64_t step, float grad_scale) override;
+  void step(const std::vector<OptimizerParams>& groups, std::int64_t step,
+            float grad_scale) override;
   float* master(UnitId u) override;
   char* state(UnitId u, int k) override;
   void copy_master(UnitId u, float* out) override;

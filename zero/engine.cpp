@@ -345,11 +345,11 @@ StepResult Engine::step_impl() {
   }
   res.clip_coef = coef;
   const float grad_scale = m.scaler.grad_scale(coef, divisor);
-  OptimizerParams p = m.oparams;
-  p.lr = res.lr;
+  std::vector<OptimizerParams> groups = m.group_params;
+  for (OptimizerParams& g : groups) g.lr = m.schedule.lr(m.steps - 1, g.lr);
   {
     detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
-    m.optimizer->step(p, m.steps + 1, grad_scale);
+    m.optimizer->step(groups, m.steps + 1, grad_scale);
   }
   {
     detail::PhaseTimer phase(m.window.param_gather_s, m.tracer, TraceLane::kEngine,

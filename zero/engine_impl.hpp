@@ -53,6 +53,8 @@ struct Engine::Impl final : detail::ShardAccess {
   std::shared_ptr<DeviceOps> dev;
   CpuOptimizer host_optimizer;
   OptimizerParams oparams;
+  // Every parameter group's options, group 0 = oparams (EngineOptions::param_groups).
+  std::vector<OptimizerParams> group_params;
   LossScaler scaler;
   LrSchedule schedule;
   // Attach mode: the trainer's buffers (one unit over the whole flat range).
@@ -127,6 +129,7 @@ struct Engine::Impl final : detail::ShardAccess {
     input = detail::placement_input(cfg, {}, comm.size(), comm.rank(), opts.alignment, own,
                                     dev->host_accessible(),
                                     groups.replicas != nullptr ? groups.replicas->size() : 1);
+    make_groups();
     // Last: a constructor that throws runs no destructor to take the tracer back.
     if (tracer != nullptr) {
       comm.set_tracer(tracer);
@@ -145,6 +148,10 @@ struct Engine::Impl final : detail::ShardAccess {
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
+
+  // Resolves EngineOptions::param_groups over the optimizer's options (names unique), and
+  // attach mode's ranges into the placement input.
+  void make_groups();
 
   detail::Observer observer() { return {tracer, &io}; }
   // The measured window (StepMetrics): opened by the first hook after a boundary, closed by

@@ -67,6 +67,9 @@ Engine::TrainingState Engine::training_state() const {
 }
 const Config& Engine::config() const noexcept { return impl_->cfg; }
 const OptimizerParams& Engine::optimizer_params() const noexcept { return impl_->oparams; }
+const std::vector<OptimizerParams>& Engine::group_params() const noexcept {
+  return impl_->group_params;
+}
 std::size_t Engine::alignment() const noexcept { return impl_->opts.alignment; }
 
 std::size_t Engine::unit_step_numel(UnitId u) const {

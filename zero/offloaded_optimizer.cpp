@@ -66,8 +66,9 @@ char* OffloadedOptimizer::state(UnitId u, int k) {
 }
 
 // One chunk: gradients in, the fused step on the host, the updated parameters out.
-void OffloadedOptimizer::chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,
-                                    char* const* state_part, std::int64_t step, float grad_scale) {
+void OffloadedOptimizer::chunk_step(const std::vector<OptimizerParams>& groups, std::size_t c,
+                                    float* master_part, char* const* state_part, std::int64_t step,
+                                    float grad_scale) {
   const Chunk& ch = placement_.chunks[c];
   const std::size_t rs = dtype_size(r_), ws = dtype_size(w_);
   const std::size_t buffers = placement_.in.offload_buffers;
@@ -109,7 +110,11 @@ void OffloadedOptimizer::chunk_step(const OptimizerParams& p, std::size_t c, flo
     TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer chunk",
                       static_cast<std::int64_t>(c),
                       static_cast<std::int64_t>(ch.count * (4 + state_bytes)));
-    host_.step(p, part, step, grad_scale);
+    // Each parameter group's runs of the chunk with the group's options.
+    placement_.for_each_run(ch.unit, ch.at, ch.count, [&](std::size_t at, std::size_t n, int g) {
+      host_.step(groups[static_cast<std::size_t>(g)],
+                 part.part(at - ch.at, n, params_.state_dtype()), step, grad_scale);
+    });
   }
   // fp32: the parameters are the master's copy.
   const void* updated = w_ != DType::kF32 ? part.param_copy : part.master;
@@ -207,7 +212,8 @@ void OffloadedOptimizer::master_from_params(const char* src, bool on_device, flo
   if (on_device) observer_.count(&IoCounters::device_to_host, bytes);
 }
 
-void OffloadedOptimizer::step(const OptimizerParams& p, std::int64_t step, float grad_scale) {
+void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_t step,
+                              float grad_scale) {
   // The copy lane starts after the gradients are complete; the host's next writes to the master
   // and the trainer's next forward come after the last parameter copy.
   dev_.join(DeviceOps::Lane::kCopy, DeviceOps::Lane::kCompute);

@@ -50,7 +50,8 @@ class OffloadedOptimizer final : public ShardOptimizer {
   OffloadedOptimizer& operator=(const OffloadedOptimizer&) = delete;
 
   // One update of every stepped range (params.lr set by the caller). `step` is 1-based.
-  void step(const OptimizerParams& params, std::int64_t step, float grad_scale) override;
+  void step(const std::vector<OptimizerParams>& groups, std::int64_t step,
+            float grad_scale) override;
 
   // The master / state k of unit u's stepped range in pinned memory; kInvalidArgument naming the
   // tier with NVMe (use the copies).
@@ -67,7 +68,7 @@ class OffloadedOptimizer final : public ShardOptimizer {
   void load_unit(UnitId u, const float* master, const void* const* states) override;
 
  private:
-  void chunk_step(const OptimizerParams& p, std::size_t c, float* master_part,
+  void chunk_step(const std::vector<OptimizerParams>& groups, std::size_t c, float* master_part,
                   char* const* state_part, std::int64_t step, float grad_scale);
   void issue_grad_copy(std::size_t c);
   // ---- observation (each a branch when neither tracer nor counters are attached)

@@ -2,6 +2,8 @@
 #include "zero/placement.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <utility>
 
 #include "offload/aio.hpp"
@@ -90,6 +92,9 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
   const OptimizerParams op = OptimizerParams::from_config(config.optimizer);
   PlacementInput in;
   in.units = std::move(units);
+  // The groups the units name (the planner's case; the engine sets its own count).
+  for (const UnitSpec& u : in.units)
+    for (const ParamSpec& ps : u.params) in.num_groups = std::max(in.num_groups, ps.group + 1);
   in.world_size = world_size;
   in.rank = rank;
   in.alignment = alignment;
@@ -137,6 +142,52 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
       to_string(in.optimizer_offload), "\")");
   return in;
 }
+
+namespace {
+
+// Unit u's stepped range [begin, begin + count) cut into runs of one parameter group.
+std::vector<GroupRun> group_runs(const PlacementInput& in, const Layout& lay, UnitId u,
+                                 std::size_t begin, std::size_t count) {
+  const UnitSpec& spec = in.units[static_cast<std::size_t>(u)];
+  const UnitLayout& ul = lay.units[static_cast<std::size_t>(u)];
+  auto check = [&](int g, const auto&... what) {
+    ZERO_CHECK(g >= 0 && g < in.num_groups, kInvalidArgument, "unit '", spec.name, "'", what...,
+               ": parameter group ", g, " does not exist (", in.num_groups,
+               " group(s): 0 is the optimizer's own, 1.. those added)");
+  };
+  // Start of each group's stretch over the padded unit (a parameter owns its padding).
+  std::map<std::size_t, int> starts;
+  for (std::size_t k = 0; k < spec.params.size(); ++k) {
+    const int g = spec.params[k].group;
+    check(g, " parameter '", spec.params[k].name, "'");
+    starts[k == 0 ? 0 : ul.params[k].offset] = g;
+  }
+  for (const GroupSpan& s : in.group_spans) {
+    if (s.unit != u) continue;
+    check(s.group, " elements [", s.begin, ", ", s.end, ")");
+    ZERO_CHECK(s.begin < s.end && s.end <= ul.numel, kInvalidArgument, "unit '", spec.name,
+               "': parameter group span [", s.begin, ", ", s.end, ") is empty or outside its ",
+               ul.numel, " elements");
+    const int after = std::prev(starts.upper_bound(s.end))->second;
+    starts.erase(starts.lower_bound(s.begin), starts.upper_bound(s.end));
+    starts[s.begin] = s.group;
+    if (s.end < ul.padded) starts.emplace(s.end, after);
+  }
+  std::vector<GroupRun> runs;
+  for (auto it = starts.begin(); it != starts.end(); ++it) {
+    const std::size_t next = std::next(it) == starts.end() ? ul.padded : std::next(it)->first;
+    const std::size_t lo = std::max(it->first, begin), hi = std::min(next, begin + count);
+    if (lo >= hi) continue;
+    if (!runs.empty() && runs.back().group == it->second) {
+      runs.back().count += hi - lo;
+    } else {
+      runs.push_back({lo - begin, hi - lo, it->second});
+    }
+  }
+  return runs;
+}
+
+}  // namespace
 
 Placement make_placement(PlacementInput in) {
   Placement p;
@@ -187,6 +238,7 @@ Placement make_placement(PlacementInput in) {
     up.step_count = pol.shard_optimizer ? ul.shard : ul.padded;
     up.optim_offset = pol.shard_optimizer ? ul.shard_offset : ul.full_offset;
     up.grads_offset = pol.shard_gradients ? ul.shard_offset : ul.full_offset;
+    up.runs = group_runs(p.in, lay, static_cast<UnitId>(u), up.step_begin, up.step_count);
   }
 
   // ---- parameters

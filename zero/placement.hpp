@@ -15,6 +15,7 @@
 // Thread safety: a plain value.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -63,6 +64,23 @@ struct Chunk {
   std::size_t count = 0;
 };
 
+// A run of a unit's stepped range stepped with one parameter group's options: elements
+// [at, at + count) of the range (a parameter's alignment padding goes with the parameter).
+struct GroupRun {
+  std::size_t at = 0;
+  std::size_t count = 0;
+  int group = 0;
+};
+
+// Elements [begin, end) of unit `unit`'s flat range in parameter group `group` (attach mode's
+// groups, declared by element range; managed units name a group per parameter).
+struct GroupSpan {
+  UnitId unit = 0;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  int group = 0;
+};
+
 struct UnitPlacement {
   // Parameters: whole on every rank (stages 0-2, stage-3 units below the persistence threshold)
   // at params_offset in params_whole; else this rank's shard at params_offset in params_shard,
@@ -76,6 +94,8 @@ struct UnitPlacement {
   std::size_t step_begin = 0;
   std::size_t step_count = 0;
   std::size_t optim_offset = 0;
+  // The stepped range by parameter group, in order, tiling it (one run without groups).
+  std::vector<GroupRun> runs;
   // The accumulated gradients: the whole unit (stages 0-1) or its shard (2-3) at grads_offset.
   std::size_t grads_offset = 0;
   // The reduce bucket and the offset in it; the post-step all-gather bucket (-1: not gathered
@@ -99,6 +119,10 @@ struct PlacementInput {
   DType reduce = DType::kF32;   // R: reduction and accumulation
   DType state_dtype = DType::kF32;
   int num_states = 2;
+  // Parameter groups: how many (group 0 the optimizer's own), and attach mode's element spans
+  // (applied over the parameters' own groups, later spans over earlier ones).
+  int num_groups = 1;
+  std::vector<GroupSpan> group_spans;
   std::int64_t accumulation = 1;
   OffloadDevice optimizer_offload = OffloadDevice::kNone;
   OffloadDevice param_offload = OffloadDevice::kNone;
@@ -193,6 +217,15 @@ struct Placement {
   const UnitPlacement& unit(UnitId u) const { return units[static_cast<std::size_t>(u)]; }
   // Where this rank's shard starts in unit u's padded range.
   std::size_t own_begin(UnitId u) const { return static_cast<std::size_t>(in.rank) * lay(u).shard; }
+  // f(at, count, group) for every run of unit u's stepped range that meets [at, at + count),
+  // clipped to it, in order.
+  template <typename F>
+  void for_each_run(UnitId u, std::size_t at, std::size_t count, F&& f) const {
+    for (const GroupRun& r : unit(u).runs) {
+      const std::size_t lo = std::max(at, r.at), hi = std::min(at + count, r.at + r.count);
+      if (lo < hi) f(lo, hi - lo, r.group);
+    }
+  }
   bool shard_on_nvme(UnitId u) const { return nvme_params && !unit(u).kept_whole; }
   // The stepped gradient of unit u in the grads arena (elements).
   std::size_t step_grads_offset(UnitId u) const {

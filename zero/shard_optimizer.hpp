@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "zero/core/observe.hpp"
 #include "zero/device_ops.hpp"
@@ -42,9 +43,11 @@ class ShardOptimizer {
  public:
   virtual ~ShardOptimizer() = default;
 
-  // One update of every stepped range (params.lr set by the caller), the working parameters
-  // rewritten from the master. `step` is 1-based; grad_scale divides the gradients.
-  virtual void step(const OptimizerParams& params, std::int64_t step, float grad_scale) = 0;
+  // One update of every stepped range, each run with its parameter group's options
+  // (groups[g], lr set by the caller), the working parameters rewritten from the master. `step`
+  // is 1-based; grad_scale divides the gradients.
+  virtual void step(const std::vector<OptimizerParams>& groups, std::int64_t step,
+                    float grad_scale) = 0;
 
   // The master / state k of unit u's stepped range where the tier gives a pointer (device or
   // pinned memory); kInvalidArgument naming the tier with NVMe (use the copies).

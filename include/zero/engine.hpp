@@ -90,6 +90,17 @@ struct EngineOptions {
   // (zero/trace.hpp); it must outlive the engine. Null: the config's trace.enabled decides (the
   // engine then owns one of trace.capacity events), else nothing is recorded.
   Tracer* tracer = nullptr;
+  // Parameter groups 1, 2, ... (zero/optimizer.hpp ParamGroup; group 0 is the config's
+  // optimizer block). Managed: each parameter names its group (ParamSpec::group). Attach: the
+  // element ranges [begin, end) of the flat buffer in a group (the rest in group 0; a later
+  // range over an earlier one). The scheduler sets each group's lr (LrSchedule::lr(i, group_lr)).
+  std::vector<ParamGroup> param_groups;
+  struct GroupRange {
+    std::size_t begin = 0;
+    std::size_t end = 0;
+    int group = 0;
+  };
+  std::vector<GroupRange> attach_groups;
 };
 
 // Where one rank's time and bytes went, from the engine's view (StepResult::metrics). A window
@@ -313,6 +324,8 @@ class Engine {
   TrainingState training_state() const;
   const Config& config() const noexcept;
   const OptimizerParams& optimizer_params() const noexcept;
+  // Group g's options as configured (lr before the schedule): group 0 is optimizer_params().
+  const std::vector<OptimizerParams>& group_params() const noexcept;
   std::size_t alignment() const noexcept;
   // Elements of unit u this rank steps: the whole padded unit in stage 0, its shard otherwise
   // (the length of copy_master_shard's output).

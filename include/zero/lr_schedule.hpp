@@ -85,6 +85,16 @@ class LrSchedule {
   // The learning rate after the scheduler's i-th step (see above). REQUIRES: i >= -1, else
   // zero::Error(kInvalidArgument).
   double lr(std::int64_t i) const;
+  // The learning rate of a parameter group whose own lr is `group_lr` (the optimizer's group:
+  // lr(i)), as DeepSpeed's schedulers set each group: the constant schedule keeps group_lr,
+  // WarmupCosineLR scales it by its ratio (torch's LambdaLR way: each group its own base);
+  // WarmupLR, WarmupDecayLR and OneCycle set their absolute lr on every group (their
+  // warmup_*_lr / cycle_*_lr keys are given once, not per group).
+  double lr(std::int64_t i, double group_lr) const;
+  // Whether lr(i, group_lr) depends on group_lr.
+  bool scales_group_lr() const noexcept {
+    return type_ == LrScheduleType::kConstant || type_ == LrScheduleType::kWarmupCosineLR;
+  }
   // OneCycle with cycle_momentum: the beta1 (Adam) / momentum DeepSpeed sets at iteration i;
   // std::nullopt for every other schedule.
   std::optional<double> momentum(std::int64_t i) const;

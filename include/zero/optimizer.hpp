@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "zero/cpu_features.hpp"
@@ -72,6 +73,20 @@ struct OptimizerParams {
   }
 };
 
+// A parameter group (torch.optim's param_groups, DeepSpeed's optimizer groups): the options it
+// sets replace those of the optimizer's own (group 0, the config's optimizer block); what it
+// leaves unset follows them. Every group steps with the same rule (type) and the same state
+// layout (moment_dtype, and for SGD momentum > 0 in every group or in none).
+struct ParamGroup {
+  std::string name;  // for messages, metrics and checkpoints; unique, not empty
+  std::optional<double> lr, beta1, beta2, eps, weight_decay, momentum, dampening;
+  std::optional<bool> bias_correction, nesterov;
+
+  // `base` with this group's options applied, validated: zero::Error(kInvalidArgument) naming
+  // the group and the option out of range, or an option that changes the rule's state layout.
+  OptimizerParams apply(const OptimizerParams& base) const;
+};
+
 // One shard to step. Non-owning; every array holds `count` elements and must not overlap
 // another (in-place is not supported: grad, master, state and copy are distinct memory).
 // Each pointer must be aligned to its element size.
@@ -84,6 +99,10 @@ struct ShardRef {
                                           // the first num_states() are used
   void* param_copy = nullptr;             // optional: written with the new parameters
   DType param_copy_dtype = DType::kBF16;  // bf16 or f16 (ignored when param_copy is null)
+
+  // Elements [at, at + n) of this shard (state arrays of `state_dtype`); kInvalidArgument when
+  // the range is not inside it.
+  ShardRef part(std::size_t at, std::size_t n, DType state_dtype) const;
 };
 
 // What one read of the gradients tells: the sum of squares (of grad values as stored, before

@@ -19,6 +19,9 @@ using UnitId = int;
 struct ParamSpec {
   std::string name;
   std::vector<std::int64_t> shape;  // every extent >= 1
+  // The parameter group whose hyper-parameters step it (zero/optimizer.hpp ParamGroup): 0 is
+  // the config's optimizer block, k >= 1 the k-th group added with Engine::add_param_group.
+  int group = 0;
   std::size_t numel() const;
 };
 
