@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -123,6 +124,10 @@ struct OptimizerConfig {
   double dampening = 0.0;            // SGD
   bool nesterov = false;             // SGD
   std::string moment_dtype = "f32";  // zero extension: f32 | bf16 moments
+  // The keys the config set ("type", "lr", "betas", "eps", "weight_decay", "adam_w_mode",
+  // "momentum", ...; params' keys by their own name): an adapter that takes the trainer's own
+  // optimizer options (zero::torch) refuses a value given both ways differently.
+  std::set<std::string> given;
 };
 
 // ---- scheduler: SchedulerConfig (DeepSpeed names) is the schedule's own input, in

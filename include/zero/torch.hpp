@@ -84,11 +84,8 @@ std::vector<TensorUnit> units_of(const ::torch::nn::Module& model,
 std::vector<TensorUnit> units_by_prefix(const ::torch::OrderedDict<std::string, at::Tensor>& named);
 // model->parameters(): one unit per tensor ("param.<i>"); the reduce buckets merge them.
 std::vector<TensorUnit> units_of(const std::vector<at::Tensor>& params);
-// Parameter groups: one unit per group ("group.<g>"). A group's options must be the config's
-// (lr, betas, eps, weight_decay): the engine steps every unit with one set of hyper-parameters,
-// so a group that asks for others is kConfig naming the group and the option.
-std::vector<TensorUnit> units_of(const std::vector<::torch::optim::OptimizerParamGroup>& groups,
-                                 const Config& config);
+// Parameter groups: one unit per group ("group.<g>").
+std::vector<TensorUnit> units_of(const std::vector<::torch::optim::OptimizerParamGroup>& groups);
 
 // LibTorch's own view of memory: bytes of the storages behind `params` and behind their defined
 // .grad tensors (each storage counted once).
@@ -114,8 +111,32 @@ class Optimizer {
             EngineOptions options = {});
   Optimizer(Communicator& comm, const ::torch::OrderedDict<std::string, at::Tensor>& named,
             const Config& config, EngineOptions options = {});
+  // Parameter groups with torch::optim's meaning: each group steps with its own options (a group
+  // without options with the defaults), and the config's scheduler sets each group's lr
+  // (LrSchedule::lr(i, group_lr): WarmupCosineLR scales each group's own). Units: one per
+  // group here; the overloads below take the units apart from the groups.
   Optimizer(Communicator& comm, const std::vector<::torch::optim::OptimizerParamGroup>& groups,
             const Config& config, EngineOptions options = {});
+  // The swap of `torch::optim::AdamW opt(groups, defaults)` (or Adam, SGD, Adagrad): the
+  // trainer's own options are the optimizer's (the config keeps the ZeRO keys; an optimizer key
+  // the config also gives must agree, else kConfig naming both). torch's meanings are kept:
+  // AdamOptions' and SGDOptions' weight_decay is L2, AdamWOptions' decoupled; AdamWOptions'
+  // default weight_decay is torch's 0.01. Every parameter of `units` must be in a group
+  // (kInvalidArgument naming it).
+  Optimizer(Communicator& comm, std::vector<TensorUnit> units,
+            const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+            const ::torch::optim::OptimizerOptions& defaults, const Config& config,
+            EngineOptions options = {});
+  // Units by child (units_by_child(model)).
+  Optimizer(Communicator& comm, const ::torch::nn::Module& model,
+            const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+            const ::torch::optim::OptimizerOptions& defaults, const Config& config,
+            EngineOptions options = {});
+  // One group of every parameter with `defaults`: `torch::optim::AdamW opt(model->parameters(),
+  // AdamWOptions(1e-3))` swapped.
+  Optimizer(Communicator& comm, const ::torch::nn::Module& model,
+            const ::torch::optim::OptimizerOptions& defaults, const Config& config,
+            EngineOptions options = {});
   // Stages 0-2: each parameter gets a storage of its own with its current values (the model
   // stays usable). Stage 3: parameters become empty tensors (shape [0]) unless detach() ran.
   ~Optimizer();
@@ -191,6 +212,10 @@ class Optimizer {
   struct Impl;
 
  private:
+  Optimizer(Communicator& comm, std::vector<TensorUnit> units,
+            const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+            const ::torch::optim::OptimizerOptions* defaults, const Config& config,
+            EngineOptions options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -109,25 +109,40 @@ TEST(TorchErrors, MarkedModuleOutsideTheModel) {
                ErrorCode::kInvalidArgument, "is not a submodule of the model");
 }
 
-TEST(TorchErrors, ParameterGroupWithOtherOptions) {
+// The trainer's options and the config: a key given both ways differently, another rule in a
+// group, an unsupported option, a parameter in no group — each named.
+TEST(TorchErrors, ParameterGroupsAndTheTrainersOptions) {
+  namespace optim = ::torch::optim;
   ct::Model model = make_model(test_dims());
-  const Config config = torch_config(TorchRun{});
-  std::vector<::torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(model->wte->parameters(),
-                      std::make_unique<::torch::optim::AdamWOptions>(kLr * 10));
-  expect_error([&] { zero::torch::units_of(groups, config); }, ErrorCode::kConfig,
-               "parameter group 0 sets lr");
-  // Groups with the config's options (or none) are units.
-  std::vector<::torch::optim::OptimizerParamGroup> ok;
-  ok.emplace_back(model->wte->parameters(),
-                  std::make_unique<::torch::optim::AdamWOptions>(::torch::optim::AdamWOptions(kLr)
-                                                                     .betas({0.9, 0.999})
-                                                                     .eps(1e-8)
-                                                                     .weight_decay(kWeightDecay)));
-  ok.emplace_back(model->head->parameters());
-  const auto units = zero::torch::units_of(ok, config);
-  ASSERT_EQ(units.size(), 2u);
-  EXPECT_EQ(units[1].params.size(), 2u);
+  ThreadGroup::run(1, [&](Communicator& comm) {
+    const Config wd0 = parse_config(R"({"optimizer": {"params": {"weight_decay": 0.0}}})");
+    expect_error([&] { zero::torch::Optimizer opt(comm, *model, optim::AdamWOptions(1e-3), wd0); },
+                 ErrorCode::kConfig,
+                 "'optimizer.params.weight_decay' = 0 but the trainer's "
+                 "AdamWOptions::weight_decay = 0.01");
+    const Config sgd = parse_config(R"({"optimizer": {"type": "SGD"}})");
+    expect_error([&] { zero::torch::Optimizer opt(comm, *model, optim::AdamWOptions(1e-3), sgd); },
+                 ErrorCode::kConfig, "'optimizer.type' = \"SGD\" but the trainer passes");
+    const Config none = parse_config("{}");
+    expect_error(
+        [&] {
+          zero::torch::Optimizer opt(comm, *model, optim::AdamWOptions(1e-3).amsgrad(true), none);
+        },
+        ErrorCode::kConfig, "amsgrad");
+    std::vector<optim::OptimizerParamGroup> mixed;
+    mixed.emplace_back(model->wte->parameters(), std::make_unique<optim::SGDOptions>(0.1));
+    mixed.emplace_back(model->head->parameters());
+    expect_error(
+        [&] { zero::torch::Optimizer opt(comm, *model, mixed, optim::AdamWOptions(1e-3), none); },
+        ErrorCode::kConfig,
+        "parameter group 0's options are SGDOptions but the optimizer is AdamW");
+    std::vector<optim::OptimizerParamGroup> partial;
+    partial.emplace_back(model->wte->parameters());
+    expect_error(
+        [&] { zero::torch::Optimizer opt(comm, *model, partial, optim::AdamWOptions(1e-3), none); },
+        ErrorCode::kInvalidArgument,
+        "parameter 'wpe.weight' requires grad but is in no parameter group");
+  });
 }
 
 TEST(TorchErrors, NonCpuDeviceIsRefused) {

@@ -68,6 +68,12 @@ class Reader {
     return &*it;
   }
   bool has(std::string_view key) { return find(key) != nullptr; }
+  // Whether the key is set, without taking it as read (finish() still reports it if unread).
+  bool present(std::string_view key) const {
+    if (obj_ == nullptr) return false;
+    auto it = obj_->find(std::string(key));
+    return it != obj_->end() && !it->is_null();
+  }
   // Marks keys accepted for DeepSpeed compatibility that have no effect here.
   void ignore(std::string_view key) {
     if (find(key) != nullptr) {
@@ -306,8 +312,13 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
 }
 
 void read_optimizer(Reader r, OptimizerConfig& o) {
+  if (r.present("type")) o.given.insert("type");
   r.get("type", o.type, {"Adam", "AdamW", "SGD", "Lion", "Adagrad"});
   Reader p = r.sub("params");
+  for (const char* k : {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction",
+                        "momentum", "dampening", "nesterov"}) {
+    if (p.present(k)) o.given.insert(k);
+  }
   p.get_num("lr", o.lr, 0.0, kInf);
   if (o.lr > 1.0) {
     // No optimizer here trains at such a rate: the first updates overflow, and every step after

@@ -113,15 +113,25 @@ std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptio
 }  // namespace
 
 Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config,
-                      EngineOptions options)
+                      EngineOptions options, const std::unordered_map<const void*, int>& group_of)
     : comm(c), units(checked(std::move(u), options)) {
   engine = std::make_unique<Engine>(comm, config, options);
   w = engine->param_dtype();
   shard_params = engine->stage() == 3;
   for (const TensorUnit& tu : units) {
     UnitSpec spec{tu.name, {}};
-    for (std::size_t i = 0; i < tu.params.size(); ++i)
-      spec.params.push_back({tu.param_names[i], engine_shape(tu.params[i])});
+    for (std::size_t i = 0; i < tu.params.size(); ++i) {
+      int group = 0;
+      if (!group_of.empty()) {
+        const auto it = group_of.find(tu.params[i].unsafeGetTensorImpl());
+        ZERO_CHECK(it != group_of.end(), kInvalidArgument, "zero::torch: parameter '",
+                   tu.param_names[i],
+                   "' requires grad but is in no parameter group (torch::optim would never step "
+                   "it): list it in a group, or set requires_grad(false)");
+        group = it->second;
+      }
+      spec.params.push_back({tu.param_names[i], engine_shape(tu.params[i]), group});
+    }
     engine->add_unit(std::move(spec));
   }
   // Rank 0's values, on every rank (DDP's broadcast at construction), become the engine's.
@@ -299,7 +309,29 @@ Optimizer::Optimizer(Communicator& comm, const ::torch::OrderedDict<std::string,
 Optimizer::Optimizer(Communicator& comm,
                      const std::vector<::torch::optim::OptimizerParamGroup>& groups,
                      const Config& config, EngineOptions options)
-    : Optimizer(comm, units_of(groups, config), config, std::move(options)) {}
+    : Optimizer(comm, units_of(groups), groups, nullptr, config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm, std::vector<TensorUnit> units,
+                     const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+                     const ::torch::optim::OptimizerOptions& defaults, const Config& config,
+                     EngineOptions options)
+    : Optimizer(comm, std::move(units), groups, &defaults, config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm, const ::torch::nn::Module& model,
+                     const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+                     const ::torch::optim::OptimizerOptions& defaults, const Config& config,
+                     EngineOptions options)
+    : Optimizer(comm, units_by_child(model), groups, &defaults, config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm, const ::torch::nn::Module& model,
+                     const ::torch::optim::OptimizerOptions& defaults, const Config& config,
+                     EngineOptions options)
+    : Optimizer(comm, units_by_child(model), {}, &defaults, config, std::move(options)) {}
+Optimizer::Optimizer(Communicator& comm, std::vector<TensorUnit> units,
+                     const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+                     const ::torch::optim::OptimizerOptions* defaults, const Config& config,
+                     EngineOptions options) {
+  EngineGroups g = engine_groups(groups, defaults, config);
+  options.param_groups = std::move(g.groups);
+  impl_ = std::make_unique<Impl>(comm, std::move(units), g.config, std::move(options), g.group_of);
+}
 Optimizer::~Optimizer() = default;
 
 void Optimizer::zero_grad() {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "zero/torch.hpp"
@@ -17,6 +18,17 @@
 #include "zero/torch/operator_watch.hpp"
 
 namespace zero::torch {
+
+// The trainer's torch::optim set-up (zero/torch/param_groups.cpp): the config with its optimizer
+// block from `defaults` (null: the config's own), the engine's groups 1.. (the torch groups with
+// options, "group.<k>"), and each parameter's group (by TensorImpl; groups without options: 0).
+struct EngineGroups {
+  Config config;
+  std::vector<ParamGroup> groups;
+  std::unordered_map<const void*, int> group_of;
+};
+EngineGroups engine_groups(const std::vector<::torch::optim::OptimizerParamGroup>& groups,
+                           const ::torch::optim::OptimizerOptions* defaults, const Config& config);
 
 struct Optimizer::Impl {
   struct Param {
@@ -37,7 +49,10 @@ struct Optimizer::Impl {
     Impl* impl = nullptr;
   };
 
-  Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config, EngineOptions options);
+  // `group_of`: each parameter's group (EngineOptions::param_groups); empty: every parameter
+  // in group 0, else a parameter it does not list is an error naming it.
+  Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config, EngineOptions options,
+       const std::unordered_map<const void*, int>& group_of = {});
   ~Impl();
 
   void on_gradient(UnitId u, int i);     // before autograd accumulates into .grad

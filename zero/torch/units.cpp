@@ -105,45 +105,13 @@ std::vector<TensorUnit> units_of(const std::vector<at::Tensor>& params) {
   return units;
 }
 
-std::vector<TensorUnit> units_of(const std::vector<::torch::optim::OptimizerParamGroup>& groups,
-                                 const Config& config) {
-  const OptimizerParams want = OptimizerParams::from_config(config.optimizer);
+std::vector<TensorUnit> units_of(const std::vector<::torch::optim::OptimizerParamGroup>& groups) {
   std::vector<TensorUnit> units;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::string name = "group." + std::to_string(g);
-    const auto& group = groups[g];
-    if (group.has_options()) {
-      // Only the option types a LibTorch trainer swapping AdamW / Adam passes are read; any
-      // other options type cannot be compared, so it is refused.
-      auto differs = [&](const char* option, double have, double expected) {
-        ZERO_CHECK(std::abs(have - expected) <= 1e-12 * std::max(1.0, std::abs(expected)), kConfig,
-                   "zero::torch: parameter group ", g, " sets ", option, " = ", have,
-                   " but the config has ", expected,
-                   " (the engine steps every unit with the config's optimizer block: use one "
-                   "group per set of options and one optimizer, or the config's values)");
-      };
-      // AdamWOptions and AdamOptions have the same accessors.
-      auto compare = [&](const auto& o) {
-        differs("lr", o.lr(), want.lr);
-        differs("betas[0]", std::get<0>(o.betas()), want.beta1);
-        differs("betas[1]", std::get<1>(o.betas()), want.beta2);
-        differs("eps", o.eps(), want.eps);
-        differs("weight_decay", o.weight_decay(), want.weight_decay);
-      };
-      if (const auto* w = dynamic_cast<const ::torch::optim::AdamWOptions*>(&group.options())) {
-        compare(*w);
-      } else if (const auto* a =
-                     dynamic_cast<const ::torch::optim::AdamOptions*>(&group.options())) {
-        compare(*a);
-      } else {
-        ZERO_THROW(kConfig, "zero::torch: parameter group ", g,
-                   " has options of a type other than AdamWOptions / AdamOptions; the engine's "
-                   "optimizer comes from the config's optimizer block");
-      }
-    }
     TensorUnit u{name, {}, {}};
-    for (std::size_t i = 0; i < group.params().size(); ++i)
-      add(u, name + "." + std::to_string(i), group.params()[i]);
+    for (std::size_t i = 0; i < groups[g].params().size(); ++i)
+      add(u, name + "." + std::to_string(i), groups[g].params()[i]);
     units.push_back(std::move(u));
   }
   return non_empty(std::move(units));
