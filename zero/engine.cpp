@@ -347,6 +347,15 @@ StepResult Engine::step_impl() {
   const float grad_scale = m.scaler.grad_scale(coef, divisor);
   OptimizerParams p = m.oparams;
   p.lr = res.lr;
+  // OneCycle with cycle_momentum sets the betas of the same scheduler step as the lr: beta1 its
+  // momentum, beta2 0.99 (DeepSpeed's lr_schedules.py OneCycle: (momentum, 0.99)). The config
+  // reader disables it for optimizers without betas, as DeepSpeed does.
+  if (const std::optional<double> mom = m.schedule.momentum(m.steps - 1);
+      mom && (p.type == OptimizerType::kAdam || p.type == OptimizerType::kAdamW ||
+              p.type == OptimizerType::kLion)) {
+    p.beta1 = *mom;
+    p.beta2 = 0.99;
+  }
   {
     detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
     m.optimizer->step(p, m.steps + 1, grad_scale);
