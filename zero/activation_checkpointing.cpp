@@ -20,6 +20,14 @@ CheckpointSpec CheckpointSpec::from_config(const ActivationCheckpointingConfig& 
   return s;
 }
 
+CheckpointSpec CheckpointSpec::resolve(const std::string& text,
+                                       const ActivationCheckpointingConfig& c) {
+  if (text == "config") return from_config(c);
+  CheckpointSpec s = parse(text);
+  s.cpu_checkpointing = c.cpu_checkpointing;
+  return s;
+}
+
 CheckpointSpec CheckpointSpec::parse(const std::string& text) {
   CheckpointSpec s;
   auto bad = [&](const std::string& why) {
@@ -65,6 +73,10 @@ std::string CheckpointSpec::to_string() const {
     case CheckpointPolicy::kSqrtN: return "sqrt";
     case CheckpointPolicy::kEveryK: return "every:" + std::to_string(every_k);
     case CheckpointPolicy::kExplicit: {
+      // from_config's marker: -N for N segments (number_checkpoints), resolved per layer count.
+      if (boundaries.size() == 1 && boundaries[0] < 0) {
+        return "number_checkpoints:" + std::to_string(-boundaries[0]);
+      }
       std::string s = "list:";
       for (std::size_t i = 0; i < boundaries.size(); ++i) {
         s += (i ? "," : "") + std::to_string(boundaries[i]);

@@ -346,7 +346,18 @@ StepResult Engine::step_impl() {
   res.clip_coef = coef;
   const float grad_scale = m.scaler.grad_scale(coef, divisor);
   std::vector<OptimizerParams> groups = m.group_params;
-  for (OptimizerParams& g : groups) g.lr = m.schedule.lr(m.steps - 1, g.lr);
+  // OneCycle with cycle_momentum sets the betas of the same scheduler step as the lr, on every
+  // group: beta1 its momentum, beta2 0.99 (DeepSpeed's lr_schedules.py OneCycle: (momentum,
+  // 0.99)). The config reader disables it for optimizers without betas, as DeepSpeed does.
+  const std::optional<double> mom = m.schedule.momentum(m.steps - 1);
+  for (OptimizerParams& g : groups) {
+    g.lr = m.schedule.lr(m.steps - 1, g.lr);
+    if (mom && (g.type == OptimizerType::kAdam || g.type == OptimizerType::kAdamW ||
+                g.type == OptimizerType::kLion)) {
+      g.beta1 = *mom;
+      g.beta2 = 0.99;
+    }
+  }
   {
     detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
     m.optimizer->step(groups, m.steps + 1, grad_scale);

@@ -192,7 +192,8 @@ struct Engine::Impl final : detail::ShardAccess {
     gatherer = std::make_unique<detail::ParamGatherer>(
         p, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
     reducer = std::make_unique<detail::GradReducer>(
-        p, comm, *dev, host_optimizer, *tracker, trainer_grads, observer(), groups.replicas.get());
+        p, comm, *dev, host_optimizer, *tracker, trainer_grads, observer(), groups.replicas.get(),
+        /*all_reduce=*/!cfg.zero_optimization.reduce_scatter);
     optimizer =
         detail::make_shard_optimizer(p, *dev, host_optimizer, oparams, *tracker, *this, observer());
   }

@@ -17,7 +17,7 @@ namespace zero::detail {
 
 GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
                          const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads,
-                         Observer observer, Communicator* replicas)
+                         Observer observer, Communicator* replicas, bool all_reduce)
     : placement_(placement),
       comm_(comm),
       dev_(dev),
@@ -25,6 +25,7 @@ GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceO
       trainer_grads_(trainer_grads),
       observer_(observer),
       replicas_(replicas),
+      all_reduce_(all_reduce && !placement.in.policy.shard_params),
       w_(placement.in.working),
       r_(placement.in.reduce),
       acc_(allocate(placement.grads, dev, tracker, {.zero = true})),
@@ -136,8 +137,15 @@ void GradReducer::start_reduce(Pending& p, char* base, std::size_t count, UnitId
     return;
   }
   const auto rank = static_cast<std::size_t>(placement_.in.rank);
-  p.handle =
-      comm_.reduce_scatter_async(base, at(base, rank * count, r_), count, r_, ReduceOp::kAvg);
+  p.handle = reduce_async(base, at(base, rank * count, r_), count);
+}
+
+CommHandle GradReducer::reduce_async(char* base, char* own, std::size_t count) {
+  if (all_reduce_) {
+    return comm_.all_reduce_async(base, base, count * static_cast<std::size_t>(comm_.size()), r_,
+                                  ReduceOp::kAvg);
+  }
+  return comm_.reduce_scatter_async(base, own, count, r_, ReduceOp::kAvg);
 }
 
 void GradReducer::take_trainer_grads() {
@@ -285,8 +293,8 @@ void GradReducer::reduce_at_boundary() {
     if (!bucket.merged()) {  // in place on the whole unit
       char* base = unit_acc(bucket.first);
       comm_.tag_next(bucket.first);
-      p.handle = comm_.reduce_scatter_async(base, at(base, placement_.own_begin(bucket.first), r_),
-                                            placement_.lay(bucket.first).shard, r_, ReduceOp::kAvg);
+      p.handle = reduce_async(base, at(base, placement_.own_begin(bucket.first), r_),
+                              placement_.lay(bucket.first).shard);
       pending_.push_back(std::move(p));
       continue;
     }
@@ -300,8 +308,7 @@ void GradReducer::reduce_at_boundary() {
     }
     char* base = static_cast<char*>(p.buffer.data());
     comm_.tag_next(bucket.first);
-    p.handle = comm_.reduce_scatter_async(base, at(base, rank * bucket.shard, r_), bucket.shard, r_,
-                                          ReduceOp::kAvg);
+    p.handle = reduce_async(base, at(base, rank * bucket.shard, r_), bucket.shard);
     pending_.push_back(std::move(p));
     ++merged_in_flight_;
     while (merged_in_flight_ > placement_.max_in_flight) finish_front();

@@ -49,9 +49,12 @@ class GradReducer {
   // is counted as device-to-host bytes and traced (either may be null; both outlive this).
   // replicas: hybrid sharding, the ranks holding the same shards in the other groups: every
   // reduced shard is then all-reduced (averaged) across them (null: none).
+  // all_reduce: stages 1-2 (zero_optimization.reduce_scatter = false, DeepSpeed's meaning): each
+  // reduction is an all-reduce of the whole buffer, of which this rank keeps its part (where the
+  // reduce-scatter would have left it; the in-process communicator gives the same bits).
   GradReducer(const Placement& placement, Communicator& comm, DeviceOps& dev,
               const CpuOptimizer& host, MemoryTracker& tracker, char* trainer_grads,
-              Observer observer = {}, Communicator* replicas = nullptr);
+              Observer observer = {}, Communicator* replicas = nullptr, bool all_reduce = false);
   ~GradReducer();  // waits for reductions in flight (logging failures)
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -121,6 +124,9 @@ class GradReducer {
   // Starts the reduce-scatter (qgZ: quantized) of `base`, N parts of `count`, into this rank's
   // part, for p; tagged with unit `tag`.
   void start_reduce(Pending& p, char* base, std::size_t count, UnitId tag);
+  // The reduction of `base` (N parts of `count`) leaving this rank's part at `own`: a
+  // reduce-scatter, or with all_reduce_ an all-reduce of the whole in place.
+  CommHandle reduce_async(char* base, char* own, std::size_t count);
   // The front reduction has completed: stage 1 and without replicas, accumulated now; with
   // hybrid sharding the replicas' all-reduce is started (replicating_).
   void finish_front();
@@ -144,6 +150,7 @@ class GradReducer {
   char* trainer_grads_;
   Observer observer_;
   Communicator* replicas_;
+  bool all_reduce_;
   DType w_, r_;
   Buffer acc_;
   Buffer grad_landing_;

@@ -14,7 +14,10 @@ const char* const kUsage =
   --ranks N               in-process ranks (default 4); under mpirun the processes
   --steps S               steps per configuration (default 3; the first warms up)
   --stages L              stages to run (default 0,1,2,3)
-  --checkpoint L          activation checkpointing policies (default none,sqrt)
+  --checkpoint L          activation checkpointing policies: none, sqrt, every:K, list:A,B,
+                          config (the config's number_checkpoints); default none,sqrt, or
+                          none,config when the config sets number_checkpoints; the config's
+                          cpu_checkpointing applies to every policy
   --offload L             optimizer offload per run: none, cpu, nvme (default none,cpu,nvme)
   --nvme-path DIR         swap files for --offload nvme (default /tmp)
   --memory-budget B       cap each rank's memory (e.g. 512M); NVMe files are not counted
@@ -65,6 +68,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 Options parse(int argc, char** argv) {
   Options o;
+  bool checkpoint_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -78,6 +82,7 @@ Options parse(int argc, char** argv) {
       for (const auto& s : split(value(), ',')) o.stages.push_back(gpt::flag_int(a, s));
     } else if (a == "--checkpoint") {
       o.checkpoints = split(value(), ',');
+      checkpoint_given = true;
     } else if (a == "--offload") {
       o.offloads = split(value(), ',');
     } else if (a == "--nvme-path") {
@@ -125,7 +130,15 @@ Options parse(int argc, char** argv) {
   if (o.quantized && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()) {
     usage_error("--quantized runs stage 3 (ZeRO++ quantizes its collectives); --stages has no 3");
   }
-  for (const auto& c : o.checkpoints) (void)CheckpointSpec::parse(c);
+  // The config's activation_checkpointing.number_checkpoints is the checkpointed run by default
+  // (policy "config"); its cpu_checkpointing applies to every policy.
+  if (!checkpoint_given &&
+      make_config(o, 0, "none").activation_checkpointing.number_checkpoints > 0) {
+    o.checkpoints = {"none", "config"};
+  }
+  for (const auto& c : o.checkpoints) {
+    if (c != "config") (void)CheckpointSpec::parse(c);
+  }
   for (const auto& f : o.offloads) {
     if (f != "none" && f != "cpu" && f != "nvme") {
       usage_error("--offload takes none, cpu or nvme, got '" + f + "'");

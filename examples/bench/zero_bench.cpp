@@ -120,7 +120,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   cfg.trace.enabled = !trace_path.empty();
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
-  const CheckpointSpec spec = CheckpointSpec::parse(ckpt);
+  const CheckpointSpec spec = CheckpointSpec::resolve(ckpt, cfg.activation_checkpointing);
   const int n = mpi_world != nullptr ? mpi_world->size() : o.ranks;
 
   ConfigFigures c;
@@ -319,7 +319,7 @@ int plan_only(const Options& o) {
         pin.units = model_units(g, cfg);
         pin.ranks = n;
         pin.config = cfg;
-        const CheckpointSpec spec = CheckpointSpec::parse(ck);
+        const CheckpointSpec spec = CheckpointSpec::resolve(ck, cfg.activation_checkpointing);
         pin.gather_order = gpt::GptModel::gather_order(g, spec);
         pin.grads_held = gpt::GptModel::kGradsHeld;
         const PlanResult p = plan_engine_memory(pin);

@@ -23,7 +23,9 @@ const char* const kUsage = R"(usage: zero-train [flags]
   --dtype f32|bf16|f16    working dtype (default: the config's, else f32)
   --grad-accum A          micro-steps per step
   --lr X                  peak learning rate
-  --checkpoint-activations [P]   activation checkpointing: sqrt (bare), every:K, list:A,B
+  --checkpoint-activations [P]   activation checkpointing: sqrt (bare), every:K, list:A,B,
+                          none (default: the config's activation_checkpointing.number_checkpoints;
+                          its cpu_checkpointing applies to every policy)
   --data FILE             training text (default /usr/share/common-licenses/GPL-3)
   --eval-every K          validation loss every K steps (0: never)
   --seed S                data and init seed
@@ -167,7 +169,7 @@ Options parse(int argc, char** argv) {
   if (o.resume && o.resume_dir.empty() && o.save_dir.empty()) {
     bad("--resume needs a directory (--resume DIR, or --save-dir DIR)");
   }
-  (void)CheckpointSpec::parse(o.checkpoint);
+  if (o.checkpoint != "config") (void)CheckpointSpec::parse(o.checkpoint);
   return o;
 }
 

@@ -22,7 +22,9 @@ struct Options {
   std::string dtype;   // empty: from the config (bf16.enabled / fp16.enabled), else f32
   int grad_accum = 0;  // 0: from the config
   double lr = 0;       // 0: from the config
-  std::string checkpoint = "none";
+  // Activation checkpointing policy; "config": the config's activation_checkpointing block
+  // (number_checkpoints segments, none when unset). cpu_checkpointing is always the config's.
+  std::string checkpoint = "config";
   std::string data = gpt::kDefaultCorpus;
   int eval_every = 50;
   std::uint64_t seed = 1;

@@ -123,7 +123,11 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
                                                      : Buffer();
   auto model_ptr = make_model(g, e.tracker());
   auto& model = *model_ptr;
-  model.set_checkpointing(CheckpointSpec::parse(o.checkpoint));
+  const CheckpointSpec ckpt_spec =
+      CheckpointSpec::resolve(o.checkpoint, cfg.activation_checkpointing);
+  const std::string ckpt_text =
+      ckpt_spec.to_string() + (ckpt_spec.cpu_checkpointing ? " (cpu_checkpointing)" : "");
+  model.set_checkpointing(ckpt_spec);
   model.declare(e);
   model.init(e, o.seed);
   const bool printer = comm.rank() == 0;
@@ -136,7 +140,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
         g.num_params(), g.layers, g.dim, g.heads, g.seq, g.vocab, e.stage(), comm.size(),
         std::string(comm.backend()).c_str(), where.device.to_string().c_str(),
         std::string(to_string(e.param_dtype())).c_str(), batch, g.seq,
-        static_cast<long long>(run_cfg.gradient_accumulation_steps), o.checkpoint.c_str(),
+        static_cast<long long>(run_cfg.gradient_accumulation_steps), ckpt_text.c_str(),
         corpus.unigram_entropy());
     // The fp32 master and Adam moments of this rank's shards, wherever they are.
     const std::size_t opt =

@@ -40,6 +40,10 @@ struct CheckpointSpec {
   static CheckpointSpec from_config(const ActivationCheckpointingConfig& c);
   // "none", "every:K", "sqrt", "list:0,4,9"; throws zero::Error(kInvalidArgument) naming it.
   static CheckpointSpec parse(const std::string& text);
+  // What a tool's policy flag means with the config's activation_checkpointing block: "config"
+  // is from_config(c) (number_checkpoints segments, none when 0); any other text is parse(text).
+  // Either way cpu_checkpointing is the config's.
+  static CheckpointSpec resolve(const std::string& text, const ActivationCheckpointingConfig& c);
   std::string to_string() const;
 };
 

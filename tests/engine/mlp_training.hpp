@@ -56,6 +56,8 @@ struct RunSpec {
   bool qwz = false;
   bool qgz = false;
   long quant_block = 256;
+  // zero_optimization.reduce_scatter (false: stages 1-2 reduce by all-reduce).
+  bool reduce_scatter = true;
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -67,6 +69,7 @@ inline Config make_config(const RunSpec& s) {
       (s.stage == 3 ? R"(, "stage3_param_persistence_threshold": )" + std::to_string(s.persistence)
                     : std::string()) +
       (s.hybrid > 0 ? R"(, "hybrid_shard_size": )" + std::to_string(s.hybrid) : std::string()) +
+      (s.reduce_scatter ? std::string() : std::string(R"(, "reduce_scatter": false)")) +
       (s.qwz || s.qgz ? R"(, "zero_quantized_weights": )" + std::string(s.qwz ? "true" : "false") +
                             R"(, "zero_quantized_gradients": )" + (s.qgz ? "true" : "false") +
                             R"(, "quantization_block_size": )" + std::to_string(s.quant_block)

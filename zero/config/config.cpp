@@ -8,8 +8,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <sstream>
 
+#include "zero/config/config_keys.hpp"
 #include "zero/config/config_reader.hpp"
 #include "zero/config/stage_policy.hpp"
 #include "zero/error.hpp"
@@ -42,9 +44,21 @@ std::string show(const json& v) {
   return detail::printable(v.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
+// What one read_config shares among its readers: the keys asked for (detail::accepted_keys) and
+// the keys already named, so each is named once per read.
+struct ReadContext {
+  std::set<std::string>* asked = nullptr;
+  std::set<std::string> noted;
+  // Logs `message` at warn level, the first time only for `path`.
+  void note(const std::string& path, const std::string& message) {
+    if (noted.insert(path).second) ZERO_LOG(kWarn, "config key '", path, "' ", message);
+  }
+};
+
 class Reader {
  public:
-  Reader(const json* obj, std::string path) : obj_(obj), path_(std::move(path)) {
+  Reader(const json* obj, std::string path, ReadContext* ctx)
+      : obj_(obj), path_(std::move(path)), ctx_(ctx) {
     if (obj_ != nullptr && !obj_->is_object()) {
       ZERO_THROW(kConfig, "config key '", path_, "' = ", show(*obj_), ": must be an object");
     }
@@ -56,14 +70,24 @@ class Reader {
 
   // Returns the value for key, or nullptr when absent (null counts as absent: DeepSpeed's
   // "not set").
-  const json* find(std::string_view key) {
+  // A key given with a value that does nothing here is named once, at warn level, with what
+  // DeepSpeed would do (its row in detail::config_keys()).
+  // `leaf`: a key with a value (recorded in `asked`), not a block read through sub().
+  const json* find(std::string_view key, bool leaf = true) {
     known_.insert(std::string(key));
+    if (leaf && ctx_->asked != nullptr) ctx_->asked->insert(key_path(key));
     if (obj_ == nullptr) return nullptr;
     auto it = obj_->find(std::string(key));
     if (it == obj_->end() || it->is_null()) return nullptr;
     if (it->is_string() && it->get<std::string>() == "auto") {
       ZERO_THROW(kConfig, "config key '", key_path(key),
                  "' = \"auto\": 'auto' is filled in by the HuggingFace integration; give a value");
+    }
+    const std::string path = key_path(key);
+    if (const detail::ConfigKey* row = detail::find_config_key(path);
+        row != nullptr && row->handling == detail::KeyHandling::kNoEffect &&
+        !detail::is_quiet(*row, *it)) {
+      ctx_->note(path, "= " + show(*it) + " has no effect here: " + std::string(row->meaning));
     }
     return &*it;
   }
@@ -74,13 +98,12 @@ class Reader {
     auto it = obj_->find(std::string(key));
     return it != obj_->end() && !it->is_null();
   }
-  // Marks keys accepted for DeepSpeed compatibility that have no effect here.
-  void ignore(std::string_view key) {
-    if (find(key) != nullptr) {
-      ZERO_LOG(kInfo, "config key '", key_path(key),
-               "' is accepted for compatibility and has no effect");
-    }
+  // Names `key` once (warn level) with `message` when it is given.
+  void note(std::string_view key, const std::string& message) {
+    if (find(key) != nullptr) ctx_->note(key_path(key), message);
   }
+  // A key accepted for DeepSpeed compatibility that has no effect here: find() names it.
+  void ignore(std::string_view key) { (void)find(key); }
 
   void get(std::string_view key, bool& out) {
     if (const json* v = find(key)) {
@@ -88,8 +111,7 @@ class Reader {
       out = v->get<bool>();
     }
   }
-  void get(std::string_view key, std::string& out,
-           std::initializer_list<std::string_view> allowed = {}) {
+  void get(std::string_view key, std::string& out, std::span<const std::string_view> allowed = {}) {
     if (const json* v = find(key)) {
       if (!v->is_string()) fail(key, *v, "must be a string");
       std::string s = v->get<std::string>();
@@ -105,6 +127,10 @@ class Reader {
       }
       out = std::move(s);
     }
+  }
+  void get(std::string_view key, std::string& out,
+           std::initializer_list<std::string_view> allowed) {
+    get(key, out, std::span<const std::string_view>(allowed.begin(), allowed.size()));
   }
   // Integers: JSON integers or integral floats (DeepSpeed files write 5e8), within [lo, hi].
   template <typename Int>
@@ -141,7 +167,8 @@ class Reader {
     }
   }
 
-  Reader sub(std::string_view key) { return Reader(find(key), key_path(key)); }
+  Reader sub(std::string_view key) { return Reader(find(key, false), key_path(key), ctx_); }
+  bool has_block(std::string_view key) { return find(key, false) != nullptr; }
 
   [[noreturn]] void fail(std::string_view key, const json& v, const std::string& why) const {
     ZERO_THROW(kConfig, "config key '", key_path(key), "' = ", show(v), ": ", why);
@@ -190,6 +217,7 @@ class Reader {
 
   const json* obj_;
   std::string path_;
+  ReadContext* ctx_;
   std::set<std::string> known_;
 };
 
@@ -280,15 +308,11 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
   if (!policy.shard_params) {
     // DeepSpeed ignores stage-3 tuning keys below stage 3; say so rather than fail.
     for (const char* k : {"zero_quantized_weights", "zero_quantized_gradients"}) {
-      if (r.has(k)) {
-        ZERO_LOG(kWarn, "config key '", r.key_path(k),
-                 "' quantizes stage 3's collectives; it has no effect at stage ", z.stage);
-      }
+      r.note(k, "quantizes stage 3's collectives; it has no effect at stage " +
+                    std::to_string(z.stage));
     }
     for (const char* k : stage3_keys) {
-      if (r.has(k))
-        ZERO_LOG(kWarn, "config key '", r.key_path(k), "' applies only with stage 3 (stage is ",
-                 z.stage, ")");
+      r.note(k, "applies only with stage 3 (stage is " + std::to_string(z.stage) + ")");
     }
     if (z.offload_param.enabled()) {
       r.fail_msg("offload_param.device", "parameter offload (\"" +
@@ -296,6 +320,11 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
                                              "\") requires zero_optimization.stage = 3, stage is " +
                                              std::to_string(z.stage));
     }
+  }
+  if (policy.shard_params && !z.reduce_scatter) {
+    r.note("reduce_scatter",
+           "= false has no effect at stage 3: parameters are sharded, so each rank needs only its "
+           "part of the reduced gradients (the reduce-scatter)");
   }
   if (!policy.shard_optimizer && z.offload_optimizer.enabled()) {
     r.fail_msg("offload_optimizer.device",
@@ -313,7 +342,7 @@ void read_zero(Reader r, ZeroOptimizationConfig& z) {
 
 void read_optimizer(Reader r, OptimizerConfig& o) {
   if (r.present("type")) o.given.insert("type");
-  r.get("type", o.type, {"Adam", "AdamW", "SGD", "Lion", "Adagrad"});
+  r.get("type", o.type, detail::kOptimizerTypes);
   Reader p = r.sub("params");
   for (const char* k : {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction",
                         "momentum", "dampening", "nesterov"}) {
@@ -368,7 +397,7 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
 }
 
 void read_scheduler(Reader r, SchedulerConfig& s) {
-  r.get("type", s.type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"});
+  r.get("type", s.type, detail::kSchedulerTypes);
   Reader p = r.sub("params");
   if (s.type == "WarmupLR" || s.type == "WarmupDecayLR") {
     p.get_num("warmup_min_lr", s.warmup_min_lr, 0.0, kInf);
@@ -479,9 +508,11 @@ void read_trace(Reader r, TraceConfig& t) {
 
 namespace detail {
 
-Config read_config(const json& doc) {
+Config read_config(const json& doc, std::set<std::string>* asked) {
   Config c;
-  Reader r(&doc, "");
+  ReadContext ctx;
+  ctx.asked = asked;
+  Reader r(&doc, "", &ctx);
   r.get_int("train_batch_size", c.train_batch_size, 1, kMax);
   r.get_int("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, 1, kMax);
   r.get_int("gradient_accumulation_steps", c.gradient_accumulation_steps, 1, kMax);
@@ -492,13 +523,23 @@ Config read_config(const json& doc) {
   read_optimizer(r.sub("optimizer"), c.optimizer);
   read_scheduler(r.sub("scheduler"), c.scheduler);
   read_fp16(r.sub("fp16"), c.fp16);
+  // DeepSpeed's OneCycle cycles the momentum of optimizers with betas only (its
+  // _initialize_momentum: "cycle_momentum is disabled because optimizer ... no betas").
+  if (c.scheduler.type == "OneCycle" && c.scheduler.cycle_momentum &&
+      !(c.optimizer.type == "Adam" || c.optimizer.type == "AdamW" || c.optimizer.type == "Lion")) {
+    c.scheduler.cycle_momentum = false;
+    ctx.note("scheduler.params.cycle_momentum",
+             "is disabled for optimizer " + c.optimizer.type +
+                 ", as DeepSpeed does: OneCycle cycles beta1 of optimizers with betas (Adam, "
+                 "AdamW, Lion) only");
+  }
   {
     Reader b = r.sub("bf16");
     b.get("enabled", c.bf16.enabled);
     b.ignore("immediate_grad_update");
     b.finish();
   }
-  if (r.has("bfloat16")) {  // DeepSpeed's older spelling of the bf16 block
+  if (r.has_block("bfloat16")) {  // DeepSpeed's older spelling of the bf16 block
     Reader b = r.sub("bfloat16");
     b.get("enabled", c.bf16.enabled);
     b.finish();

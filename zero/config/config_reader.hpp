@@ -6,9 +6,11 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -34,7 +36,16 @@ std::string printable(std::string_view s, std::size_t max = kMaxEchoBytes);
 // forms, no surrogates, nothing above U+10FFFF), or nullopt.
 std::optional<std::size_t> utf8_error(std::string_view s);
 
-// Throws zero::Error(kConfig) naming the full key path and the value.
-Config read_config(const nlohmann::json& doc);
+// The values of optimizer.type and scheduler.type the reader accepts.
+inline constexpr std::array<std::string_view, 5> kOptimizerTypes = {"Adam", "AdamW", "SGD", "Lion",
+                                                                    "Adagrad"};
+inline constexpr std::array<std::string_view, 4> kSchedulerTypes = {"WarmupLR", "WarmupDecayLR",
+                                                                    "WarmupCosineLR", "OneCycle"};
+
+// Throws zero::Error(kConfig) naming the full key path and the value. A key given with a value
+// that has no effect here is named once, at warn level (detail::config_keys()). `asked`, when
+// given, receives the full path of every key this read asked for, given or not (the keys test
+// derives the accepted keys from it).
+Config read_config(const nlohmann::json& doc, std::set<std::string>* asked = nullptr);
 
 }  // namespace zero::detail
