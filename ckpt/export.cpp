@@ -32,11 +32,10 @@ std::size_t consolidate(const std::string& path, const std::string& out, DType d
     }
   }
   const std::string h = safetensors_header(
-      entries,
-      {{"format", "pt"},
-       {"zero.steps", std::to_string(m.steps)},
-       {"zero.source",
-        "master (fp32)" + std::string(dtype == DType::kBF16 ? " rounded to bf16" : "")}});
+      entries, {{"format", "pt"},
+                {"zero.steps", std::to_string(m.steps)},
+                {"zero.source",
+                 "master (fp32)" + std::string(dtype == DType::kBF16 ? " rounded to bf16" : "")}});
   const std::string tmp = out + ".tmp";
   FileWriter w(tmp);
   w.write(h.data(), h.size());

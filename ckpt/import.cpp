@@ -60,9 +60,9 @@ std::vector<std::vector<const SafetensorsTensor*>> match(Engine& e, const Safete
       ZERO_CHECK(t->shape == p.shape, kConfig, "import '", src, "': tensor '", mapped, "' in '",
                  file, "' has shape ", shape_str(t->shape), ", parameter '", name, "' ",
                  shape_str(p.shape));
-      ZERO_CHECK(!used[static_cast<std::size_t>(t - set.tensors.data())], kConfig, "import '",
-                 src, "': tensor '", mapped, "' is mapped to by two parameters (the second: '",
-                 name, "')");
+      ZERO_CHECK(!used[static_cast<std::size_t>(t - set.tensors.data())], kConfig, "import '", src,
+                 "': tensor '", mapped, "' is mapped to by two parameters (the second: '", name,
+                 "')");
       used[static_cast<std::size_t>(t - set.tensors.data())] = true;
       out[static_cast<std::size_t>(u)].push_back(t);
       ++res.imported;

@@ -108,7 +108,8 @@ LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) 
     return *r;
   };
   std::vector<float> master;
-  std::vector<std::vector<char>> states(weights_only ? 0 : static_cast<std::size_t>(op.num_states()));
+  std::vector<std::vector<char>> states(weights_only ? 0
+                                                     : static_cast<std::size_t>(op.num_states()));
   std::size_t next = 0;
   for (UnitId u = 0; u < e.num_units(); ++u) {
     const std::size_t n = e.unit_step_numel(u);

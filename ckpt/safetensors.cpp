@@ -15,12 +15,9 @@ using nlohmann::json;
 
 const char* safetensors_dtype(DType t) {
   switch (t) {
-    case DType::kF32:
-      return "F32";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
   }
   return "?";
 }
@@ -84,8 +81,8 @@ void read_header(const std::string& path, int file_index, SafetensorsSet& set) {
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   ZERO_CHECK(n <= size - 8, kCorruption, "safetensors '", path, "': header length ", n,
              " is out of range (the file has ", size, " bytes: truncated or not safetensors)");
-  ZERO_CHECK(n <= kMaxSafetensorsHeader, kCorruption, "safetensors '", path, "': header length ",
-             n, " is over the ", kMaxSafetensorsHeader, "-byte limit");
+  ZERO_CHECK(n <= kMaxSafetensorsHeader, kCorruption, "safetensors '", path, "': header length ", n,
+             " is over the ", kMaxSafetensorsHeader, "-byte limit");
   std::string text(n, '\0');
   r.read(8, text.data(), n);
   json h;
@@ -112,23 +109,23 @@ void read_header(const std::string& path, int file_index, SafetensorsSet& set) {
     x.numel = 1;
     for (const json& d : t["shape"]) {
       const std::size_t v = header_size(d, path, name, "shape");
-      ZERO_CHECK(v == 0 || x.numel <= std::numeric_limits<std::size_t>::max() / 8 / v,
-                 kCorruption, "safetensors '", path, "': tensor '", name, "': shape ",
-                 t["shape"].dump(), " overflows");
+      ZERO_CHECK(v == 0 || x.numel <= std::numeric_limits<std::size_t>::max() / 8 / v, kCorruption,
+                 "safetensors '", path, "': tensor '", name, "': shape ", t["shape"].dump(),
+                 " overflows");
       x.numel *= v;
       x.shape.push_back(static_cast<std::int64_t>(v));
     }
     const std::size_t b = header_size(t["data_offsets"][0], path, name, "data_offsets");
     const std::size_t e = header_size(t["data_offsets"][1], path, name, "data_offsets");
-    ZERO_CHECK(b <= e, kCorruption, "safetensors '", path, "': tensor '", name,
-               "': data_offsets [", b, ", ", e, ") run backwards");
+    ZERO_CHECK(b <= e, kCorruption, "safetensors '", path, "': tensor '", name, "': data_offsets [",
+               b, ", ", e, ") run backwards");
     ZERO_CHECK(e <= data_bytes, kCorruption, "safetensors '", path, "': tensor '", name,
                "': data_offsets [", b, ", ", e, ") lie beyond the file's ", data_bytes,
                " bytes of data (truncated)");
     if (x.dtype) {
       ZERO_CHECK(e - b == x.numel * dtype_size(*x.dtype), kCorruption, "safetensors '", path,
-                 "': tensor '", name, "': ", e - b, " bytes of data for ", x.numel,
-                 " elements of ", x.dtype_name);
+                 "': tensor '", name, "': ", e - b, " bytes of data for ", x.numel, " elements of ",
+                 x.dtype_name);
     }
     x.offset = data + b;
     x.bytes = e - b;
@@ -150,8 +147,8 @@ void read_index(const std::string& index, SafetensorsSet& set) {
   } catch (const json::exception& e) {
     ZERO_THROW(kCorruption, "safetensors index '", index, "' is not JSON: ", e.what());
   }
-  ZERO_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
-             kCorruption, "safetensors index '", index, "' has no \"weight_map\" object");
+  ZERO_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), kCorruption,
+             "safetensors index '", index, "' has no \"weight_map\" object");
   const fs::path dir = fs::path(index).parent_path();
   std::vector<std::string> names;
   for (const auto& [tensor, file] : j["weight_map"].items()) {
@@ -194,8 +191,7 @@ SafetensorsSet open_safetensors(const std::string& path) {
         if (e.path().extension() == ".safetensors") found.push_back(e.path().string());
       }
       ZERO_CHECK(found.size() == 1, kIO, "safetensors '", path, "': a directory with no ",
-                 kSafetensorsIndex, " must hold exactly one .safetensors file, not ",
-                 found.size());
+                 kSafetensorsIndex, " must hold exactly one .safetensors file, not ", found.size());
       set.files.push_back(found[0]);
     }
   } else if (path.size() >= 11 && path.compare(path.size() - 11, 11, ".index.json") == 0) {

@@ -58,8 +58,8 @@ struct SafetensorsTensor {
 };
 
 struct SafetensorsSet {
-  std::string source;               // the path given (for messages)
-  std::vector<std::string> files;   // the .safetensors files
+  std::string source;                      // the path given (for messages)
+  std::vector<std::string> files;          // the .safetensors files
   std::vector<SafetensorsTensor> tensors;  // every tensor of every file, file by file
   std::map<std::string, std::size_t> by_name;
 

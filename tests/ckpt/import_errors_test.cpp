@@ -138,7 +138,8 @@ TEST_F(ImportErrors, TruncatedFileAndBadHeaderNameTheTensorOrFile) {
 TEST_F(ImportErrors, BadIndexNamesTheIndexFile) {
   const Named ts = good_tensors();
   fs::create_directories(path("set"));
-  testing::write_st(path("set/model-00001-of-00002.safetensors"), Named(ts.begin(), ts.begin() + 4));
+  testing::write_st(path("set/model-00001-of-00002.safetensors"),
+                    Named(ts.begin(), ts.begin() + 4));
   testing::write_st(path("set/model-00002-of-00002.safetensors"), Named(ts.begin() + 4, ts.end()));
   const std::string index = path("set/model.safetensors.index.json");
   auto write_index = [&](const std::string& text) { std::ofstream(index) << text; };

@@ -51,7 +51,8 @@ struct RawTensor {
 };
 
 // Writes tensors in the given order; `header_patch` may rewrite the header's JSON text.
-inline void write_st(const std::string& path, const std::vector<std::pair<std::string, RawTensor>>& ts,
+inline void write_st(const std::string& path,
+                     const std::vector<std::pair<std::string, RawTensor>>& ts,
                      const std::function<void(nlohmann::json&)>& patch = {}) {
   nlohmann::json h = nlohmann::json::object();
   h["__metadata__"] = {{"format", "pt"}};
@@ -74,7 +75,8 @@ inline void write_st(const std::string& path, const std::vector<std::pair<std::s
 // f32 values stored as `dt` (round to nearest even), as raw little-endian bytes.
 inline RawTensor encode(const std::vector<float>& v, std::vector<std::int64_t> shape, DType dt) {
   RawTensor t{st_dtype(dt), std::move(shape), std::string(v.size() * dtype_size(dt), '\0')};
-  for (std::size_t i = 0; i < v.size(); ++i) store_from_f32(t.bytes.data() + i * dtype_size(dt), dt, v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    store_from_f32(t.bytes.data() + i * dtype_size(dt), dt, v[i]);
   return t;
 }
 
@@ -84,7 +86,8 @@ inline std::map<std::string, std::vector<float>> read_st_f32(const std::string& 
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
   const nlohmann::json h = nlohmann::json::parse(bytes.substr(8, n));
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, t] : h.items()) {
@@ -97,7 +100,7 @@ inline std::map<std::string, std::vector<float>> read_st_f32(const std::string& 
       const char* p = bytes.data() + 8 + n + off[0] + i * es;
       std::uint32_t bits = 0;
       std::memcpy(&bits, p, es);
-      v[i] = dt == "F32" ? f32_from_bits(bits)
+      v[i] = dt == "F32"    ? f32_from_bits(bits)
              : dt == "BF16" ? bf16_to_f32(static_cast<std::uint16_t>(bits))
                             : f16_to_f32(static_cast<std::uint16_t>(bits));
     }

@@ -48,7 +48,8 @@ void check_import(const std::string& src, const Tensors& file, int n, int stage,
     for (const UnitSpec& u : units) e.add_unit(u);
     for (UnitId u = 0; u < e.num_units(); ++u) {
       for (int i = 0; i < static_cast<int>(units[static_cast<std::size_t>(u)].params.size()); ++i) {
-        std::vector<float> v(units[static_cast<std::size_t>(u)].params[static_cast<std::size_t>(i)].numel(), 7.0f);
+        std::vector<float> v(
+            units[static_cast<std::size_t>(u)].params[static_cast<std::size_t>(i)].numel(), 7.0f);
         e.set_param(u, i, v.data(), v.size());
       }
     }
@@ -56,7 +57,8 @@ void check_import(const std::string& src, const Tensors& file, int n, int stage,
     EXPECT_EQ(r.imported, 7u) << what;
     EXPECT_EQ(r.unused, 0u) << what;
     const Tensors params = testing::read_params(e);
-    EXPECT_TRUE(testing::bitwise_equal(params, testing::rounded(file, w))) << what << " rank " << c.rank();
+    EXPECT_TRUE(testing::bitwise_equal(params, testing::rounded(file, w)))
+        << what << " rank " << c.rank();
     const testing::FullState st = testing::full_state(e);
     EXPECT_TRUE(testing::bitwise_equal(st.master, file)) << what << ": masters, rank " << c.rank();
     for (const Tensors& s : st.states) EXPECT_TRUE(all_zero(s)) << what << ": state not fresh";
@@ -69,7 +71,8 @@ class ImportPython : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir("import-py");
     const std::string cmd = python() + " " + ZERO_SOURCE_DIR + "/tests/ckpt/write_safetensors.py " +
-                            dir_->str() + " '" + testing::model_spec_json(testing::import_model()) + "'";
+                            dir_->str() + " '" + testing::model_spec_json(testing::import_model()) +
+                            "'";
     const testing::CmdResult r = testing::run_command(cmd);
     ok_ = r.status == 0;
     out_ = cmd + "\n" + r.out;
@@ -136,7 +139,8 @@ TEST_F(ImportPython, RenamePrefixesAndFunctionAndUnusedTensors) {
     ckpt::ImportOptions o;
     o.rename_prefixes = {{"enc.", "embed."}, {"blk0.", "block0."}};
     EXPECT_EQ(ckpt::import_safetensors(e, f32, o).imported, 7u);
-    EXPECT_TRUE(testing::bitwise_equal(testing::read_params(e), testing::rounded(file, DType::kBF16)));
+    EXPECT_TRUE(
+        testing::bitwise_equal(testing::read_params(e), testing::rounded(file, DType::kBF16)));
   });
   // A function: "head.weight" not imported (an empty name: it keeps its value), so the file's
   // head.weight is unused: an error naming it, unless allowed.
@@ -205,9 +209,9 @@ TEST(ImportConsolidated, AtAnotherWorldSizeBitwise) {
   const std::string f32 = root.str() + "/model-f32.safetensors";
   const std::string out = root.str() + "/imported";
 #ifdef ZERO_CKPT_BIN
-  const testing::CmdResult r = testing::run_command(std::string(ZERO_CKPT_BIN) + " import " + f32 +
-                                                    " --like " + root.str() + " --out " + out +
-                                                    " --world-size 3");
+  const testing::CmdResult r =
+      testing::run_command(std::string(ZERO_CKPT_BIN) + " import " + f32 + " --like " + root.str() +
+                           " --out " + out + " --world-size 3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("step-0"), std::string::npos) << r.out;
 #else
