@@ -1,11 +1,12 @@
 // Offline: the full parameters of a checkpoint as safetensors (consolidate).
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "ckpt/manifest.hpp"
+#include "ckpt/safetensors.hpp"
 #include "zero/ckpt.hpp"
 #include "zero/error.hpp"
 
@@ -14,9 +15,7 @@ namespace zero::ckpt {
 namespace fs = std::filesystem;
 using namespace detail;
 
-// The safetensors format: an 8-byte little-endian header length, the JSON header (each tensor's
-// dtype, shape and [begin, end) byte offsets into the data that follows; "__metadata__": string
-// pairs), padded with spaces to a multiple of 8, then the tensors' bytes back to back.
+// The full parameters in the checkpoint's order, back to back (ckpt/safetensors.hpp: the format).
 std::size_t consolidate(const std::string& path, const std::string& out, DType dtype) {
   ZERO_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, kInvalidArgument,
              "consolidate: --dtype must be f32 or bf16, not ", to_string(dtype));
@@ -24,33 +23,21 @@ std::size_t consolidate(const std::string& path, const std::string& out, DType d
   const Manifest m = read_manifest(dir);
   for (const FileEntry& f : m.files) verify_file(dir + "/" + f.name, f.digest);
   const std::size_t es = dtype_size(dtype);
-  nlohmann::json header = nlohmann::json::object();
-  header["__metadata__"] = {
-      {"format", "pt"},
-      {"zero.steps", std::to_string(m.steps)},
-      {"zero.source",
-       "master (fp32)" + std::string(dtype == DType::kBF16 ? " rounded to bf16" : "")}};
-  std::size_t at = 0, largest = 0;
+  std::vector<SafetensorsEntry> entries;
+  std::size_t largest = 0;
   for (const UnitEntry& u : m.units) {
     for (const ParamEntry& p : u.params) {
-      const std::string name = u.name + "." + p.name;
-      ZERO_CHECK(!header.contains(name), kCorruption, "consolidate: two parameters named '", name,
-                 "'");
-      header[name] = {{"dtype", dtype == DType::kF32 ? "F32" : "BF16"},
-                      {"shape", p.shape},
-                      {"data_offsets", {at, at + p.numel * es}}};
-      at += p.numel * es;
+      entries.push_back({u.name + "." + p.name, dtype, p.shape});
       largest = std::max(largest, p.numel);
     }
   }
-  std::string h = header.dump();
-  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
+  const std::string h = safetensors_header(
+      entries, {{"format", "pt"},
+                {"zero.steps", std::to_string(m.steps)},
+                {"zero.source",
+                 "master (fp32)" + std::string(dtype == DType::kBF16 ? " rounded to bf16" : "")}});
   const std::string tmp = out + ".tmp";
   FileWriter w(tmp);
-  std::uint64_t n = h.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  w.write(len, 8);
   w.write(h.data(), h.size());
   std::map<std::string, std::unique_ptr<FileReader>> readers;
   std::vector<float> values(largest);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ckpt/agree.hpp"
+#include "ckpt/fresh_state.hpp"
 #include "ckpt/manifest.hpp"
 #include "zero/ckpt.hpp"
 #include "zero/error.hpp"
@@ -44,7 +45,8 @@ void for_overlap(const ParamEntry& p, std::size_t lo, std::size_t hi, Fn&& fn) {
 
 }  // namespace
 
-LoadResult load(Engine& e, const std::string& path) {
+LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) {
+  const bool weights_only = options.weights_only;
   // Hybrid sharding: every group loads the same shards (resharded to its size) from the same
   // files; the agreements span the world, so one rank's failure fails every rank.
   Communicator& comm = e.comm();
@@ -55,11 +57,12 @@ LoadResult load(Engine& e, const std::string& path) {
   try {
     dir = resolve(path);
     m = read_manifest(dir);
-    const std::string diff = model_mismatch(m, e);
+    const std::string diff = model_mismatch(m, e, /*optimizer=*/!weights_only);
     ZERO_CHECK(diff.empty(), kConfig, "checkpoint '", dir, "' does not fit this engine: ", diff);
     shards = e.param_shards();
     // Every file this rank reads, checked whole before anything is written.
-    std::set<std::string> need = {kTrainerFile};
+    std::set<std::string> need;
+    if (!weights_only) need.insert(kTrainerFile);
     for (const ParamShard& s : shards) {
       const ParamEntry& p =
           m.units[static_cast<std::size_t>(s.unit)].params[static_cast<std::size_t>(s.param)];
@@ -86,7 +89,7 @@ LoadResult load(Engine& e, const std::string& path) {
   const OptimizerParams& op = e.optimizer_params();
   // The optimizer state carries over; the hyper-parameters are the new config's (as a resumed
   // DeepSpeed run's config decides its schedule). Say so when they changed.
-  if (comm.rank() == 0 &&
+  if (comm.rank() == 0 && !weights_only &&
       (m.hyper.lr != op.lr || m.hyper.beta1 != op.beta1 || m.hyper.beta2 != op.beta2 ||
        m.hyper.eps != op.eps || m.hyper.weight_decay != op.weight_decay)) {
     ZERO_LOG(kWarn, "checkpoint '", dir, "': the optimizer's hyper-parameters changed (lr ",
@@ -94,6 +97,9 @@ LoadResult load(Engine& e, const std::string& path) {
              op.beta1, ", ", op.beta2, "), eps ", m.hyper.eps, " -> ", op.eps, ", weight_decay ",
              m.hyper.weight_decay, " -> ", op.weight_decay, "): the config's apply from here");
   }
+  // Weights only: the masters alone are read; the state is a new engine's (fresh_state.hpp).
+  std::unique_ptr<FreshStateLoader> fresh;
+  if (weights_only) fresh = std::make_unique<FreshStateLoader>(e);
   const std::size_t sd = dtype_size(op.state_dtype());
   std::map<std::string, std::unique_ptr<FileReader>> readers;
   auto reader = [&](const std::string& f) -> const FileReader& {
@@ -102,7 +108,8 @@ LoadResult load(Engine& e, const std::string& path) {
     return *r;
   };
   std::vector<float> master;
-  std::vector<std::vector<char>> states(static_cast<std::size_t>(op.num_states()));
+  std::vector<std::vector<char>> states(weights_only ? 0
+                                                     : static_cast<std::size_t>(op.num_states()));
   std::size_t next = 0;
   for (UnitId u = 0; u < e.num_units(); ++u) {
     const std::size_t n = e.unit_step_numel(u);
@@ -124,17 +131,24 @@ LoadResult load(Engine& e, const std::string& path) {
     }
     std::vector<const void*> sp;
     for (auto& st : states) sp.push_back(st.data());
-    e.load_shard(u, master.data(), sp.data());
+    if (fresh) {
+      fresh->load(u, master.data());
+    } else {
+      e.load_shard(u, master.data(), sp.data());
+    }
   }
   // The loss scaler carries over between fp16 runs; otherwise the new run's config decides.
-  std::optional<LossScaler::State> scaler;
-  if (m.fp16 && e.config().fp16.enabled) scaler = m.loss_scaler;
-  e.finish_load(m.steps, m.skipped, scaler);
-
   LoadResult res;
+  if (fresh) {
+    fresh->finish();
+  } else {
+    std::optional<LossScaler::State> scaler;
+    if (m.fp16 && e.config().fp16.enabled) scaler = m.loss_scaler;
+    e.finish_load(m.steps, m.skipped, scaler);
+    res.steps = m.steps;
+    res.trainer_state = read_file(dir + "/" + kTrainerFile);
+  }
   res.path = dir;
-  res.steps = m.steps;
-  res.trainer_state = read_file(dir + "/" + kTrainerFile);
   res.saved_world_size = m.world_size;
   res.saved_stage = m.stage;
   return res;

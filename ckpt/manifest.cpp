@@ -326,7 +326,7 @@ Manifest manifest_of(Engine& e) {
   return m;
 }
 
-std::string model_mismatch(const Manifest& saved, Engine& e) {
+std::string model_mismatch(const Manifest& saved, Engine& e, bool optimizer) {
   auto shape_str = [](const std::vector<std::int64_t>& s) {
     std::string out = "[";
     for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -360,6 +360,7 @@ std::string model_mismatch(const Manifest& saved, Engine& e) {
            (saved.units.size() > nu ? saved.units[nu].name : e.unit(static_cast<UnitId>(nu)).name) +
            "')";
   }
+  if (!optimizer) return {};
   const OptimizerParams& op = e.optimizer_params();
   if (saved.optimizer != to_string(op.type)) {
     return "the checkpoint's optimizer is " + saved.optimizer + ", the engine's " +

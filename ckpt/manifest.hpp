@@ -82,8 +82,8 @@ struct Fragment {
 Manifest read_manifest(const std::string& dir);
 // The manifest of the engine's model (names, shapes, optimizer, counters), without pieces.
 Manifest manifest_of(Engine& engine);
-// The first difference between the manifest's model and optimizer and the engine's, as an
-// error message naming both sides; empty when they match.
-std::string model_mismatch(const Manifest& saved, Engine& engine);
+// The first difference between the manifest's model and optimizer (the optimizer only when
+// `optimizer`) and the engine's, as an error message naming both sides; empty when they match.
+std::string model_mismatch(const Manifest& saved, Engine& engine, bool optimizer = true);
 
 }  // namespace zero::ckpt::detail

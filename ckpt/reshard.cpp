@@ -1,5 +1,7 @@
-// Offline: a checkpoint rewritten for another world size (reshard): loaded into an engine per
-// new rank (in-process ranks) and saved again.
+// Offline: a checkpoint rewritten for another world size (reshard), and safetensors converted
+// into a step-0 checkpoint (import_checkpoint): the model and config of a checkpoint, built as
+// in-process engines, filled, and saved again.
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -12,10 +14,12 @@ namespace zero::ckpt {
 
 using namespace detail;
 
-std::string reshard(const std::string& path, int world_size, const std::string& out) {
-  ZERO_CHECK(world_size >= 1, kInvalidArgument, "reshard: --world-size ", world_size,
-             " (must be >= 1)");
-  const std::string dir = resolve(path);
+namespace {
+
+// Builds the checkpoint `dir`'s model and config as `world_size` in-process engines, fills each
+// with `fill` (returning the trainer bytes to save) and saves them into the root `out`.
+std::string rewrite(const std::string& dir, int world_size, const std::string& out,
+                    const std::function<std::string(Engine&)>& fill) {
   const Manifest m = read_manifest(dir);
   Config cfg = parse_config(m.config_json);
   // The rewrite runs in host memory: the offload tiers of the run that saved do not matter.
@@ -38,13 +42,35 @@ std::string reshard(const std::string& path, int world_size, const std::string& 
     eo.alignment = m.alignment;
     Engine e(comm, cfg, eo);
     for (const UnitSpec& s : units) e.add_unit(s);
-    const LoadResult r = load(e, dir);
+    const std::string trainer_state = fill(e);
     Saver saver(e, {.dir = out});
-    const SaveInfo info = saver.save(r.trainer_state);
+    const SaveInfo info = saver.save(trainer_state);
     std::lock_guard<std::mutex> lock(mu);
     written = info.path;
   });
   return written;
+}
+
+}  // namespace
+
+std::string reshard(const std::string& path, int world_size, const std::string& out) {
+  ZERO_CHECK(world_size >= 1, kInvalidArgument, "reshard: --world-size ", world_size,
+             " (must be >= 1)");
+  const std::string dir = resolve(path);
+  return rewrite(dir, world_size, out, [&](Engine& e) { return load(e, dir).trainer_state; });
+}
+
+std::string import_checkpoint(const std::string& safetensors, const std::string& like,
+                              int world_size, const std::string& out,
+                              const ImportOptions& options) {
+  ZERO_CHECK(world_size >= 0, kInvalidArgument, "import: --world-size ", world_size,
+             " (must be >= 1; 0: the --like checkpoint's)");
+  const std::string dir = resolve(like);
+  const int n = world_size > 0 ? world_size : read_manifest(dir).world_size;
+  return rewrite(dir, n, out, [&](Engine& e) {
+    import_safetensors(e, safetensors, options);
+    return std::string();
+  });
 }
 
 }  // namespace zero::ckpt

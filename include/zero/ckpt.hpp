@@ -1,5 +1,6 @@
 // zero/ckpt.hpp — training-state checkpoints: sharded, atomic, checksummed, loadable at another
-// world size, exported as safetensors.
+// world size (or weights only, into any optimizer), exported as safetensors; pretrained weights
+// imported from safetensors.
 //
 // A checkpoint is a directory `step-<steps>` under a root directory:
 //   manifest.json        every parameter's name, shape, dtype and global element ranges (which
@@ -29,9 +30,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "zero/engine.hpp"
@@ -91,12 +94,62 @@ struct LoadResult {
   int saved_stage = 0;
 };
 
-// Loads a checkpoint into a fresh engine (any world size and stage; same model and optimizer).
-// Collective. Before any engine state is touched every rank checks the manifest against the
-// engine (the first parameter whose name or shape differs, the optimizer: errors naming both)
-// and the size and checksum of every file it reads; all ranks then agree, and only then write.
-// Errors (kIO / kConfig / kInvalidArgument) name the file or key; the engine is then untouched.
-LoadResult load(Engine& engine, const std::string& path);
+struct LoadOptions {
+  // Weights only: the parameters and their fp32 masters from the checkpoint; the optimizer state
+  // fresh (zero, as a new engine's), the step counters 0, the loss scaler as configured, no
+  // trainer state returned. Any optimizer (a pretraining checkpoint starts a fine-tuning run
+  // with another), any stage and world size; the model (names and shapes) must match.
+  bool weights_only = false;
+};
+
+// Loads a checkpoint into a fresh engine (any world size and stage; same model and optimizer,
+// or any optimizer with weights_only). Collective. Before any engine state is touched every
+// rank checks the manifest against the engine (the first parameter whose name or shape
+// differs, the optimizer: errors naming both) and the size and checksum of every file it reads;
+// all ranks then agree, and only then write. Errors (kIO / kConfig / kInvalidArgument) name the
+// file or key; the engine is then untouched.
+LoadResult load(Engine& engine, const std::string& path, const LoadOptions& options = {});
+
+// ---- pretrained weights in (safetensors)
+
+// How engine parameters find their tensors. An engine parameter is named "<unit>.<param>" (the
+// names consolidate writes); its tensor's name is, in this order of precedence:
+//   rename(name)            when `rename` is set (an empty result: the parameter is not
+//                           imported and keeps its value — e.g. new adapters);
+//   the first prefix rule   {from, to} whose `from` starts the name, replaced by `to`
+//                           (e.g. {"layer", "model.layers."});
+//   the name itself         (identity) otherwise.
+// Every tensor of the file(s) must be some parameter's, unless allow_unused.
+struct ImportOptions {
+  std::function<std::string(const std::string& name)> rename;
+  std::vector<std::pair<std::string, std::string>> rename_prefixes;
+  bool allow_unused = false;
+};
+
+struct ImportResult {
+  std::size_t imported = 0;    // parameters set from the file(s)
+  std::size_t unused = 0;      // tensors of the file(s) no parameter took (allow_unused)
+  std::size_t bytes_read = 0;  // this rank's tensor bytes read
+};
+
+// Sets the engine's parameters from safetensors: `path` a .safetensors file, a Hugging Face
+// sharded set's index (model.safetensors.index.json, whose "weight_map" names each tensor's file)
+// or a directory holding either. F32, BF16 and F16 on disk. Collective; REQUIRES a fresh engine
+// (no step, nothing gathered), any stage, world size and working dtype. Each rank reads only the
+// byte ranges of the elements it steps (its shards; stage 0: the whole units) with positioned
+// reads, one unit at a time: besides the engine, a rank holds one unit's stepped range in f32
+// and a 256 KiB read buffer, never a whole file.
+// Values: the file's value converted exactly to f32 becomes the master; the working copy is the
+// master rounded to the working dtype (round to nearest, ties to even; overflow to +-Inf: e.g.
+// an F32 or BF16 file into an f16 run). The optimizer state starts fresh (zero), steps at 0.
+// Before any engine state is touched every rank checks every parameter against the file(s) and
+// all agree; errors name the tensor: missing (kConfig), shape mismatch with both shapes
+// (kConfig), a dtype other than F32 / BF16 / F16 (kConfig), a tensor no parameter uses
+// (kConfig, unless allow_unused), a truncated file or header out of range (kCorruption), a bad
+// index (kCorruption naming the index). An I/O error while reading leaves the engine partly
+// loaded (every rank throws it).
+ImportResult import_safetensors(Engine& engine, const std::string& path,
+                                const ImportOptions& options = {});
 
 // ---- offline (zero-ckpt)
 
@@ -112,5 +165,15 @@ std::size_t consolidate(const std::string& path, const std::string& out, DType d
 // Rewrites a checkpoint for `world_size` ranks (same stage) into `out` (a root: out/step-<n>
 // and out/latest), loading it into that many in-process engines and saving them.
 std::string reshard(const std::string& path, int world_size, const std::string& out);
+
+// Converts safetensors (as import_safetensors reads them) into a checkpoint at step 0 with fresh
+// optimizer state, for the model and config of the checkpoint `like` (any checkpoint of the
+// target model: its units, parameter names and shapes, alignment, stage, dtypes, optimizer), as
+// `world_size` ranks (0: like's) would save it, into the root `out`. A run then starts from it
+// with load() (same optimizer) or load(..., {.weights_only = true}) (any). Returns the
+// checkpoint's directory.
+std::string import_checkpoint(const std::string& safetensors, const std::string& like,
+                              int world_size, const std::string& out,
+                              const ImportOptions& options = {});
 
 }  // namespace zero::ckpt
