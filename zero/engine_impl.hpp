@@ -152,6 +152,9 @@ struct Engine::Impl final : detail::ShardAccess {
   // Resolves EngineOptions::param_groups over the optimizer's options (names unique), and
   // attach mode's ranges into the placement input.
   void make_groups();
+  // Parameters in group 0 that match a config rule join its group (the first that matches).
+  void assign_rule_groups(std::vector<UnitSpec>& units) const;
+  int first_rule_group = 1;
 
   detail::Observer observer() { return {tracer, &io}; }
   // The measured window (StepMetrics): opened by the first hook after a boundary, closed by
@@ -177,6 +180,7 @@ struct Engine::Impl final : detail::ShardAccess {
                "the engine has no units: declare them with add_unit() first");
     detail::PlacementInput in = input;
     in.units = specs;
+    assign_rule_groups(in.units);
     placement.emplace(detail::make_placement(std::move(in)));
     const detail::Placement& p = *placement;
     if (ownership == detail::Ownership::kAttached) {

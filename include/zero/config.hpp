@@ -33,6 +33,7 @@
 
 #include "zero/dtype.hpp"
 #include "zero/lr_schedule.hpp"  // SchedulerConfig
+#include "zero/optimizer.hpp"    // ParamGroup
 
 namespace zero {
 
@@ -112,6 +113,19 @@ struct ZeroOptimizationConfig {
 };
 
 // ---- optimizer
+// A parameter-group rule of the config (optimizer.param_groups, a zero extension): a parameter
+// joins the first rule it matches — it has at most max_dims dimensions (biases and norm gains:
+// max_dims 1), or its name "<unit>.<param>" contains one of `names` — unless the trainer put it
+// in a group of its own (ParamSpec::group, the LibTorch adapter's groups with options); the rest
+// stay in group 0, the optimizer block. `group` holds the options the rule sets.
+struct ParamGroupRule {
+  ParamGroup group;
+  std::vector<std::string> names;
+  int max_dims = -1;  // -1: not by dimensions
+  // `name` is "<unit>.<param>", `dims` the parameter's number of dimensions.
+  bool matches(const std::string& name, std::size_t dims) const;
+};
+
 struct OptimizerConfig {
   std::string type = "AdamW";  // Adam | AdamW | SGD | Lion | Adagrad
   double lr = 1e-3;
@@ -128,6 +142,8 @@ struct OptimizerConfig {
   // "momentum", ...; params' keys by their own name): an adapter that takes the trainer's own
   // optimizer options (zero::torch) refuses a value given both ways differently.
   std::set<std::string> given;
+  // optimizer.param_groups: the rules, in order (groups after the trainer's own).
+  std::vector<ParamGroupRule> param_groups;
 };
 
 // ---- scheduler: SchedulerConfig (DeepSpeed names) is the schedule's own input, in

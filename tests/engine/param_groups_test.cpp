@@ -161,7 +161,14 @@ std::vector<double> reference(int ranks, int accumulation) {
   return p;
 }
 
-Config config_for(int stage, int accumulation, const char* offload) {
+// The same groups as the config's rules (optimizer.param_groups): the biases (1-D) without
+// decay, u1's weight slow.
+const char* kRules = R"([
+    {"name": "no_decay", "match": {"max_dims": 1}, "params": {"weight_decay": 0.0}},
+    {"name": "slow", "match": {"names": ["u1.weight"]},
+     "params": {"lr": 1e-4, "betas": [0.8, 0.99], "eps": 1e-6}}])";
+
+Config config_for(int stage, int accumulation, const char* offload, bool rules = false) {
   std::string z = R"({"stage": )" + std::to_string(stage);
   if (stage == 3) z += R"(, "stage3_param_persistence_threshold": 0)";
   if (offload != nullptr)
@@ -172,20 +179,32 @@ Config config_for(int stage, int accumulation, const char* offload) {
                       std::to_string(accumulation) +
                       R"(, "gradient_clipping": 0.3,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.1,
-          "betas": [0.9, 0.999], "eps": 1e-8}},
+          "betas": [0.9, 0.999], "eps": 1e-8})" +
+                      (rules ? std::string(R"(, "param_groups": )") + kRules : std::string()) +
+                      R"(},
       "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 3,
           "total_num_steps": 12, "warmup_type": "linear", "cos_min_ratio": 0.05}}})");
 }
 
-std::vector<float> train_managed(Communicator& comm, const Config& cfg, int accumulation) {
+// by_rules: the groups from the config's rules (weights declared 2-D, every ParamSpec in group
+// 0); else from EngineOptions::param_groups and ParamSpec::group.
+std::vector<float> train_managed(Communicator& comm, const Config& cfg, int accumulation,
+                                 bool by_rules = false) {
   EngineOptions opts;
-  opts.param_groups = engine_groups();
+  if (!by_rules) opts.param_groups = engine_groups();
   Engine e(comm, cfg, opts);
   for (std::size_t u = 0; u < kUnits.size(); ++u) {
     UnitSpec spec{"u" + std::to_string(u), {}};
     for (std::size_t i = 0; i < kUnits[u].size(); ++i) {
       const Param& p = kUnits[u][i];
-      spec.params.push_back({i == 0 ? "weight" : "bias", {p.numel}, p.group});
+      if (by_rules) {
+        spec.params.push_back(
+            {i == 0 ? "weight" : "bias",
+             i == 0 ? std::vector<std::int64_t>{p.numel, 1} : std::vector<std::int64_t>{p.numel},
+             0});
+      } else {
+        spec.params.push_back({i == 0 ? "weight" : "bias", {p.numel}, p.group});
+      }
     }
     e.add_unit(spec);
   }
@@ -309,6 +328,41 @@ TEST(EngineParamGroups, ThreeGroupsWithAPerGroupScheduleAgainstAFloat64Reference
   }
   std::printf("param groups: %d runs, worst parameter error %.3g (relative to float64)\n", runs,
               worst);
+}
+
+// The config's rules make the same groups: bitwise the run with the groups declared in code.
+TEST(EngineParamGroups, TheConfigsRulesAreTheGroupsDeclaredInCode) {
+  for (int stage : {0, 1, 2, 3}) {
+    for (int ranks : {1, 3}) {
+      std::vector<float> by_code, by_rules;
+      std::mutex mu;
+      ThreadGroup::run(ranks, [&](Communicator& comm) {
+        std::vector<float> a = train_managed(comm, config_for(stage, 1, nullptr), 1);
+        std::vector<float> b = train_managed(comm, config_for(stage, 1, nullptr, true), 1, true);
+        if (comm.rank() == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          by_code = std::move(a);
+          by_rules = std::move(b);
+        }
+      });
+      EXPECT_EQ(by_code, by_rules) << "stage " << stage << " N=" << ranks;
+    }
+  }
+  // Bad rules are named by their key.
+  testing::expect_error(
+      [] {
+        parse_config(
+            R"({"optimizer": {"param_groups": [{"name": "x", "match": {"max_dims": -1}}]}})");
+      },
+      ErrorCode::kConfig, "optimizer.param_groups[0].match.max_dims");
+  testing::expect_error(
+      [] {
+        parse_config(
+            R"({"optimizer": {"param_groups": [{"name": "x", "match": {"names": ["a"]}, "params": {"lrr": 1}}]}})");
+      },
+      ErrorCode::kConfig, "optimizer.param_groups[0].params.lrr");
+  testing::expect_error([] { parse_config(R"({"optimizer": {"param_groups": [{"name": "x"}]}})"); },
+                        ErrorCode::kConfig, "optimizer.param_groups[0].match");
 }
 
 // The groups matter: without them the same run ends elsewhere (the test above cannot pass by

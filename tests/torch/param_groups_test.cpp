@@ -143,6 +143,27 @@ TEST(TorchParamGroups, ThreeGroupsAndAPerGroupScheduleMatchAdamWAtEveryStage) {
   }
 }
 
+// The same groups as the config's rules (optimizer.param_groups) over the trainer's options:
+// bitwise the run with the torch groups.
+TEST(TorchParamGroups, TheConfigsRulesAreTheTorchGroups) {
+  const Config explicit_cfg = groups_config(3);
+  Config rules_cfg = parse_config(R"({"zero_optimization": {"stage": 3,
+      "stage3_param_persistence_threshold": 0},
+      "optimizer": {"param_groups": [
+          {"name": "head", "match": {"names": ["head."]}, "params": {"lr": 1e-4}},
+          {"name": "no_decay", "match": {"max_dims": 1}, "params": {"weight_decay": 0.0}}]},
+      "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5,
+          "total_num_steps": 25, "warmup_type": "linear", "cos_min_ratio": 0.1}}})");
+  const auto by_torch = train(2, data(), [&](Communicator& comm, ct::Model& model) {
+    return std::make_unique<zero::torch::Optimizer>(comm, zero::torch::units_by_child(*model),
+                                                    groups_of(model), defaults(), explicit_cfg);
+  });
+  const auto by_rules = train(2, data(), [&](Communicator& comm, ct::Model& model) {
+    return std::make_unique<zero::torch::Optimizer>(comm, *model, defaults(), rules_cfg);
+  });
+  EXPECT_TRUE(bitwise_equal(by_rules, by_torch));
+}
+
 // The groups and the schedule matter: AdamW without them is farther from the reference than the
 // bound above (so that test cannot pass by ignoring either).
 TEST(TorchParamGroups, TheReferenceNeedsTheGroups) {

@@ -393,6 +393,9 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
     }
   }
   p.finish();
+  if (const json* g = r.find("param_groups")) {
+    o.param_groups = detail::read_param_group_rules(*g, "optimizer.param_groups");
+  }
   r.finish();
 }
 

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zero/config.hpp"
+#include "zero/config/config_reader.hpp"
 
 namespace zero {
 
@@ -69,13 +70,15 @@ std::string Config::to_json() const {
     op["dampening"] = o.dampening;
     op["nesterov"] = o.nesterov;
   }
+  json oj = {{"type", o.type}, {"params", op}};
+  if (!o.param_groups.empty()) oj["param_groups"] = detail::param_group_rules_json(o.param_groups);
   const auto& a = activation_checkpointing;
   json j = {
       {"train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu},
       {"gradient_accumulation_steps", gradient_accumulation_steps},
       {"gradient_clipping", gradient_clipping},
       {"zero_optimization", zj},
-      {"optimizer", {{"type", o.type}, {"params", op}}},
+      {"optimizer", oj},
       {"fp16",
        {{"enabled", fp16.enabled},
         {"auto_cast", fp16.auto_cast},

@@ -110,6 +110,7 @@ I("optimizer.params.moment_dtype", "\"bf16\"", kOpt, "zero extension: f32 or bf1
 I("optimizer.params.momentum", "0.5", kOpt, "SGD momentum"),
 I("optimizer.params.dampening", "0.1", kOpt, "SGD dampening"),
 I("optimizer.params.nesterov", "true", kOpt, "SGD Nesterov momentum"),
+I("optimizer.param_groups", R"([{"name": "no_decay", "match": {"max_dims": 1}, "params": {"weight_decay": 0.0}}])", "tests/engine/param_groups_test.cpp", "zero extension: parameter-group rules, in order: a parameter joins the first whose match it meets (max_dims: at most that many dimensions; names: \"<unit>.<param>\" contains one), with the options it sets over the optimizer block's (lr, betas, eps, weight_decay, momentum, dampening, nesterov, bias_correction); the schedule sets each group's lr"),
 // ---- scheduler
 I("scheduler.type", "\"WarmupLR\"", kSched, "WarmupLR | WarmupDecayLR | WarmupCosineLR | OneCycle (none: constant lr)"),
 I("scheduler.params.warmup_min_lr", "0.0001", kSched, "WarmupLR / WarmupDecayLR start lr"),

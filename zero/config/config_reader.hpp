@@ -48,4 +48,10 @@ inline constexpr std::array<std::string_view, 4> kSchedulerTypes = {"WarmupLR", 
 // derives the accepted keys from it).
 Config read_config(const nlohmann::json& doc, std::set<std::string>* asked = nullptr);
 
+// optimizer.param_groups (zero/config/param_group_rules.cpp): the rules of `value`, validated
+// (kConfig naming "<path>[i].<key>"), and their JSON as the reader takes it.
+std::vector<ParamGroupRule> read_param_group_rules(const nlohmann::json& value,
+                                                   const std::string& path);
+nlohmann::json param_group_rules_json(const std::vector<ParamGroupRule>& rules);
+
 }  // namespace zero::detail
