@@ -16,7 +16,7 @@ DeviceOptimizer::DeviceOptimizer(const Placement& placement, DeviceOps& dev,
     state_.push_back(allocate(placement.state, dev, tracker));
   }
   for (UnitId u = 0; u < static_cast<UnitId>(placement.num_units()); ++u) {
-    dev_.init_state(params_, shard_ref(u));
+    if (!placement.unit(u).frozen) dev_.init_state(params_, shard_ref(u));
   }
 }
 
@@ -51,6 +51,7 @@ void DeviceOptimizer::step(const std::vector<OptimizerParams>& groups, std::int6
   // One launch per group over every run of it (one launch in all without groups).
   std::vector<std::vector<ShardRef>> refs(groups.size());
   for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
+    if (placement_.unit(u).frozen) continue;  // no runs, no state
     const ShardRef whole = shard_ref(u);
     placement_.for_each_run(u, 0, whole.count, [&](std::size_t at, std::size_t n, int g) {
       refs[static_cast<std::size_t>(g)].push_back(whole.part(at, n, params_.state_dtype()));

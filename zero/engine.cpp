@@ -116,6 +116,7 @@ UnitId Engine::add_unit(UnitSpec spec) {
              "'): units are already laid out (add every unit before the first use)");
   // Validate now so the error names the call that caused it.
   detail::make_layout({spec}, impl_->comm.size(), impl_->opts.alignment);
+  detail::frozen_unit(spec);
   impl_->specs.push_back(std::move(spec));
   return static_cast<UnitId>(impl_->specs.size() - 1);
 }
@@ -193,7 +194,7 @@ void Engine::set_param(UnitId u, int param, const float* values, std::size_t cou
     }
   }
   if (!on_device) m.gatherer->store_shard(u);
-  m.optimizer->refresh_master(u, lo - up.step_begin, hi - up.step_begin);
+  if (!up.frozen) m.optimizer->refresh_master(u, lo - up.step_begin, hi - up.step_begin);
 }
 
 void Engine::read_param(UnitId u, int param, float* out, std::size_t count) {
@@ -259,6 +260,11 @@ View Engine::grad(UnitId u, int param) {
              "grad: unit '", m.name(u), "' has no parameter ", param);
   ZERO_CHECK(!m.reducer->ready(u), kInvalidArgument, "grad('", m.name(u),
              "'): grads_ready was already called for this unit in this micro-step");
+  ZERO_CHECK(
+      !m.unit_place(u).frozen, kInvalidArgument, "grad('", m.name(u), ".",
+      m.specs[static_cast<std::size_t>(u)].params[static_cast<std::size_t>(param)].name,
+      "'): the parameter is frozen (ParamSpec::trainable = false): it has no gradient "
+      "buffer; skip its gradient (grads_ready on a frozen unit is allowed and does nothing)");
   const auto& pl = ul.params[static_cast<std::size_t>(param)];
   return View{at(m.reducer->unit_grads(u), pl.offset, m.w), pl.numel, m.w, m.dev->device()};
 }
@@ -292,8 +298,8 @@ StepResult Engine::step_impl() {
   StepResult res;
   if (m.ownership == detail::Ownership::kManaged) {
     for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-      ZERO_CHECK(m.reducer->ready(u), kInvalidArgument, "step(): unit '", m.name(u),
-                 "' has no gradients this micro-step (call grads_ready for every unit)");
+      ZERO_CHECK(m.reducer->ready(u) || m.unit_place(u).frozen, kInvalidArgument, "step(): unit '",
+                 m.name(u), "' has no gradients this micro-step (call grads_ready for every unit)");
       // A gathered stage-3 copy still held by the trainer would miss the update.
       ZERO_CHECK(m.gatherer->holders(u) == 0 || m.unit_place(u).kept_whole, kInvalidArgument,
                  "step(): unit '", m.name(u),

@@ -30,6 +30,8 @@ const float* Engine::master_shard(UnitId u) const {
   Impl& m = const_cast<Impl&>(*impl_);
   m.check_unit(u, "master_shard");
   m.lay_out();
+  // A frozen unit's working copy is its only copy (fp32: the optimizer's master is that copy).
+  if (m.unit_place(u).frozen && m.place().separate_master) return nullptr;
   return m.optimizer->master(u);
 }
 
@@ -40,7 +42,7 @@ const void* Engine::state_shard(UnitId u, int k) const {
   ZERO_CHECK(!m.place().nvme_optimizer, kInvalidArgument,
              "state_shard(): the optimizer state lives in NVMe files (offload_optimizer.device = "
              "nvme); use copy_state_shard()");
-  if (k < 0 || k >= m.oparams.num_states()) return nullptr;
+  if (k < 0 || k >= m.oparams.num_states() || m.unit_place(u).frozen) return nullptr;
   return m.optimizer->state(u, k);
 }
 
@@ -48,7 +50,16 @@ void Engine::copy_master_shard(UnitId u, float* out) {
   Impl& m = *impl_;
   m.check_unit(u, "copy_master_shard");
   m.lay_out();
-  m.optimizer->copy_master(u, out);
+  const detail::UnitPlacement& up = m.unit_place(u);
+  if (!up.frozen) {
+    m.optimizer->copy_master(u, out);
+    return;
+  }
+  // A frozen unit has no master: its working copy widened to f32 (what a master would hold).
+  const bool on_nvme = m.place().shard_on_nvme(u);
+  if (on_nvme) m.gatherer->load_shard(u);
+  detail::to_host_f32(*m.dev, *m.tracker, m.gatherer->step_params(u), m.w, !on_nvme, out,
+                      up.step_count);
 }
 
 void Engine::copy_state_shard(UnitId u, int k, void* out) {
@@ -58,7 +69,14 @@ void Engine::copy_state_shard(UnitId u, int k, void* out) {
              m.cfg.optimizer.type, " optimizer has ", m.oparams.num_states(), " states, not ",
              k + 1);
   m.lay_out();
-  m.optimizer->copy_state(u, k, out);
+  const detail::UnitPlacement& up = m.unit_place(u);
+  if (!up.frozen) {
+    m.optimizer->copy_state(u, k, out);
+    return;
+  }
+  // A frozen unit has no state: the fresh state (zeros, as init_state makes it), so that a
+  // checkpoint keeps one format and a run that unfreezes the unit starts its state fresh.
+  std::memset(out, 0, up.step_count * dtype_size(m.oparams.state_dtype()));
 }
 
 Engine::TrainingState Engine::training_state() const {
@@ -100,7 +118,7 @@ void Engine::load_shard(UnitId u, const float* master, const void* const* states
   } else {
     detail::from_host_f32(*m.dev, *m.tracker, master, wdst, m.w, n);
   }
-  m.optimizer->load_unit(u, master, states);
+  if (!up.frozen) m.optimizer->load_unit(u, master, states);  // frozen: the states are unused
 }
 
 void Engine::finish_load(std::int64_t steps, std::int64_t skipped,
@@ -111,6 +129,7 @@ void Engine::finish_load(std::int64_t steps, std::int64_t skipped,
              ", ", skipped, ")");
   if (loss_scaler.has_value()) m.scaler.load_state(*loss_scaler);
   m.gatherer->gather_updated();
+  m.gatherer->gather_frozen();
   m.steps = steps;
   m.skipped = skipped;
 }

@@ -75,8 +75,9 @@ char* GradReducer::unit_grads(UnitId u) {
 
 void GradReducer::grads_ready(UnitId u) {
   UnitState& us = units_[static_cast<std::size_t>(u)];
-  (void)unit_grads(u);  // no gradient written: a zero gradient
   us.ready = true;
+  if (placement_.unit(u).frozen) return;  // nothing to reduce
+  (void)unit_grads(u);                    // no gradient written: a zero gradient
   const UnitLayout& ul = placement_.lay(u);
   if (!placement_.in.policy.shard_gradients) {
     dev_.accumulate(unit_acc(u), r_, us.grad.data(), w_, ul.padded, micro_ == 0);
@@ -281,7 +282,8 @@ void GradReducer::reduce_at_boundary() {
   const StagePolicy& pol = placement_.in.policy;
   if (pol.shard_gradients) return;  // reduced every micro-step
   if (!pol.shard_optimizer) {
-    comm_.all_reduce(acc_base(), acc_base(), placement_.layout.total_padded, r_, ReduceOp::kAvg);
+    if (placement_.trainable_padded == 0) return;  // every unit frozen
+    comm_.all_reduce(acc_base(), acc_base(), placement_.trainable_padded, r_, ReduceOp::kAvg);
     return;
   }
   const auto rank = static_cast<std::size_t>(placement_.in.rank);
@@ -330,9 +332,10 @@ GradTotals GradReducer::totals() {
     for (int q = 0; q < n; ++q) {
       double s = 0.0;
       for (std::size_t u = 0; u < nu; ++u) {
-        const UnitLayout& ul = layout.units[u];
-        const GradStats g = stats(
-            at(acc_base(), ul.full_offset + static_cast<std::size_t>(q) * ul.shard, r_), ul.shard);
+        const auto id = static_cast<UnitId>(u);
+        if (placement_.unit(id).frozen) continue;
+        const std::size_t shard = layout.units[u].shard;
+        const GradStats g = stats(at(unit_acc(id), static_cast<std::size_t>(q) * shard, r_), shard);
         s += g.sum_squares;
         total.non_finite = total.non_finite || g.non_finite;
       }
@@ -343,6 +346,7 @@ GradTotals GradReducer::totals() {
   double local = 0.0;
   bool bad = false;
   for (std::size_t u = 0; u < nu; ++u) {
+    if (placement_.unit(static_cast<UnitId>(u)).frozen) continue;
     const GradStats g = stats(step_grads(static_cast<UnitId>(u)), layout.units[u].shard);
     local += g.sum_squares;
     bad = bad || g.non_finite;

@@ -43,6 +43,7 @@ OffloadedOptimizer::OffloadedOptimizer(const Placement& placement, DeviceOps& de
   }
   // Zero the state in the partitioning the step uses (first touch lands here).
   for (UnitId u = 0; u < static_cast<UnitId>(placement.num_units()); ++u) {
+    if (placement.unit(u).frozen) continue;  // no state
     ShardRef ref;
     ref.count = placement.unit(u).step_count;
     for (int k = 0; k < params.num_states(); ++k) ref.state[k] = state(u, k);

@@ -237,6 +237,17 @@ void ParamGatherer::end_micro_step() {
 
 // ---- after the step
 
+void ParamGatherer::gather_frozen() {
+  if (!placement_.in.policy.shard_optimizer) return;
+  for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
+    const UnitPlacement& up = placement_.unit(u);
+    if (!up.frozen || !up.kept_whole) continue;
+    char* base = at(whole_base(), up.params_offset, w_);
+    comm_.tag_next(u);
+    comm_.all_gather(at(base, placement_.own_begin(u), w_), base, placement_.lay(u).shard, w_);
+  }
+}
+
 void ParamGatherer::gather_updated() {
   if (!placement_.in.policy.shard_optimizer) return;
   const auto rank = static_cast<std::size_t>(placement_.in.rank);

@@ -91,6 +91,9 @@ class ParamGatherer {
   // After the step: all-gathers the updated shards of the units kept whole (stages 1-3), merged
   // in buckets of allgather_bucket_size.
   void gather_updated();
+  // After a checkpoint's load: all-gathers the frozen units kept whole (stages 1-3), which each
+  // rank loaded over its own shard only and gather_updated() passes by (they never change).
+  void gather_frozen();
 
   std::size_t gathered_bytes() const { return gather_pool_.allocated_bytes(); }
   std::size_t bucket_bytes() const {

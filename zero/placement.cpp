@@ -189,6 +189,18 @@ std::vector<GroupRun> group_runs(const PlacementInput& in, const Layout& lay, Un
 
 }  // namespace
 
+bool frozen_unit(const UnitSpec& spec) {
+  const ParamSpec* frozen = nullptr;
+  const ParamSpec* trained = nullptr;
+  for (const ParamSpec& ps : spec.params) (ps.trainable ? trained : frozen) = &ps;
+  ZERO_CHECK(frozen == nullptr || trained == nullptr, kInvalidArgument, "unit '", spec.name,
+             "' mixes frozen and trainable parameters ('", frozen->name, "' is frozen, '",
+             trained->name,
+             "' is not): a unit is reduced and stepped as a whole; declare its frozen parameters "
+             "in a unit of their own");
+  return frozen != nullptr;
+}
+
 Placement make_placement(PlacementInput in) {
   Placement p;
   p.layout = make_layout(in.units, in.world_size, in.alignment);
@@ -216,10 +228,11 @@ Placement make_placement(PlacementInput in) {
 
   // ---- units: parameters, stepped ranges, gradients
   p.units.resize(nu);
-  std::size_t whole = 0, sharded = 0, max_shard = 0;
+  std::size_t whole = 0, sharded = 0, max_shard = 0, trainable_shard = 0, max_trainable = 0;
   for (std::size_t u = 0; u < nu; ++u) {
     const UnitLayout& ul = lay.units[u];
     UnitPlacement& up = p.units[u];
+    up.frozen = frozen_unit(i.units[u]);
     up.kept_whole = !pol.shard_params || ul.numel < i.persistence_threshold;
     if (up.kept_whole) {
       up.params_offset = whole;
@@ -236,8 +249,14 @@ Placement make_placement(PlacementInput in) {
     }
     up.step_begin = pol.shard_optimizer ? static_cast<std::size_t>(i.rank) * ul.shard : 0;
     up.step_count = pol.shard_optimizer ? ul.shard : ul.padded;
-    up.optim_offset = pol.shard_optimizer ? ul.shard_offset : ul.full_offset;
-    up.grads_offset = pol.shard_gradients ? ul.shard_offset : ul.full_offset;
+    // The trainable units, consecutive in the master, state and gradient arenas.
+    up.optim_offset = p.trainable_step;
+    up.grads_offset = pol.shard_gradients ? trainable_shard : p.trainable_padded;
+    if (up.frozen) continue;
+    p.trainable_step += up.step_count;
+    p.trainable_padded += ul.padded;
+    trainable_shard += ul.shard;
+    max_trainable = std::max(max_trainable, ul.padded);
     up.runs = group_runs(p.in, lay, static_cast<UnitId>(u), up.step_begin, up.step_count);
   }
 
@@ -256,7 +275,7 @@ Placement make_placement(PlacementInput in) {
   }
 
   // ---- master and optimizer state
-  const std::size_t opt_elems = pol.shard_optimizer ? lay.total_shard : lay.total_padded;
+  const std::size_t opt_elems = p.trainable_step;
   const Tier opt_tier = p.offloaded ? Tier::kPinned : Tier::kDevice;
   if (!p.nvme_optimizer) {
     if (p.separate_master) p.master = on(opt_tier, MemCategory::kMasterParams, opt_elems * 4);
@@ -266,11 +285,13 @@ Placement make_placement(PlacementInput in) {
     // A chunk never needs to be larger than the largest stepped range (DeepSpeed's buffer_size
     // default of 1e8 elements would otherwise pin gigabytes for a small model).
     std::size_t max_range = 0;
-    for (const UnitPlacement& up : p.units) max_range = std::max(max_range, up.step_count);
+    for (const UnitPlacement& up : p.units) {
+      if (!up.frozen) max_range = std::max(max_range, up.step_count);
+    }
     p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
     for (std::size_t u = 0; u < nu; ++u) {
       p.unit_chunk.push_back(p.chunks.size());
-      const std::size_t range = p.units[u].step_count;
+      const std::size_t range = p.units[u].frozen ? 0 : p.units[u].step_count;
       for (std::size_t a = 0; a < range; a += p.chunk_elems) {
         p.chunks.push_back({static_cast<UnitId>(u), a, std::min(p.chunk_elems, range - a)});
       }
@@ -295,7 +316,7 @@ Placement make_placement(PlacementInput in) {
   }
 
   // ---- gradients
-  const std::size_t acc_elems = pol.shard_gradients ? lay.total_shard : lay.total_padded;
+  const std::size_t acc_elems = pol.shard_gradients ? trainable_shard : p.trainable_padded;
   if (p.grads_on_host) {
     p.grads = on(Tier::kPinned, MemCategory::kGradients, acc_elems * rs);
   } else if (!p.grads_in_trainer) {
@@ -305,14 +326,18 @@ Placement make_placement(PlacementInput in) {
   // ---- buckets
   const bool bucketed = pol.shard_optimizer;  // stage 0 all-reduces everything at once
   p.reduce_buckets = make_buckets(
-      lay, bucketed ? i.reduce_bucket : 0, [](UnitId) { return true; },
+      lay, bucketed ? i.reduce_bucket : 0,
+      [&](UnitId u) { return !p.units[static_cast<std::size_t>(u)].frozen; },
       [&](UnitId u, int b, std::size_t off) {
         p.units[static_cast<std::size_t>(u)].reduce_bucket = b;
         p.units[static_cast<std::size_t>(u)].reduce_offset = off;
       });
   p.gather_buckets = make_buckets(
       lay, i.allgather_bucket,
-      [&](UnitId u) { return bucketed && p.units[static_cast<std::size_t>(u)].kept_whole; },
+      [&](UnitId u) {
+        const UnitPlacement& up = p.units[static_cast<std::size_t>(u)];
+        return bucketed && up.kept_whole && !up.frozen;  // a frozen unit is never updated
+      },
       [&](UnitId u, int b, std::size_t off) {
         p.units[static_cast<std::size_t>(u)].gather_bucket = b;
         p.units[static_cast<std::size_t>(u)].gather_offset = off;
@@ -329,8 +354,9 @@ Placement make_placement(PlacementInput in) {
   p.max_in_flight = i.overlap_comm ? kCollectivesInFlight : 0;
 
   // ---- pools
-  p.grad_pool = {MemCategory::kGradients, lay.max_padded * ws};
-  p.reduce_pool = {MemCategory::kCommBuffers, lay.max_padded * rs};
+  // Gradients are written and reduced for trainable units only.
+  p.grad_pool = {MemCategory::kGradients, max_trainable * ws};
+  p.reduce_pool = {MemCategory::kCommBuffers, max_trainable * rs};
   p.bucket_pool = {MemCategory::kCommBuffers, max_reduce_bucket * rs};
   p.gather_pool = {MemCategory::kParams16, lay.max_padded * ws + p.gather_extra};
   p.gather_bucket_pool = {MemCategory::kCommBuffers, max_gather_bucket * ws};

@@ -82,6 +82,12 @@ struct GroupSpan {
 };
 
 struct UnitPlacement {
+  // Every parameter frozen (ParamSpec::trainable = false): the parameters are placed as any
+  // unit's (whole or sharded, gathered the same way), but the unit holds no gradients, master or
+  // optimizer state, is in no reduce or post-step gather bucket and has no runs or chunks; its
+  // optim_offset / grads_offset are not used. step_begin / step_count still name this rank's
+  // part of it (the range a checkpoint saves).
+  bool frozen = false;
   // Parameters: whole on every rank (stages 0-2, stage-3 units below the persistence threshold)
   // at params_offset in params_whole; else this rank's shard at params_offset in params_shard,
   // or (offload_param = nvme) in slot param_slot of the parameter swap file.
@@ -94,9 +100,12 @@ struct UnitPlacement {
   std::size_t step_begin = 0;
   std::size_t step_count = 0;
   std::size_t optim_offset = 0;
-  // The stepped range by parameter group, in order, tiling it (one run without groups).
+  // The stepped range by parameter group, in order, tiling it (one run without groups; none for a
+  // frozen unit).
   std::vector<GroupRun> runs;
   // The accumulated gradients: the whole unit (stages 0-1) or its shard (2-3) at grads_offset.
+  // The master, state and gradient arenas hold the trainable units only, consecutive in unit
+  // order.
   std::size_t grads_offset = 0;
   // The reduce bucket and the offset in it; the post-step all-gather bucket (-1: not gathered
   // after the step: sharded stage-3 units, stage 0).
@@ -176,6 +185,10 @@ struct Placement {
   bool grads_on_host = false;    // ZeRO-Offload: the gradient partition with the optimizer
   bool grads_in_trainer =
       false;  // attach, W == R, no accumulation: reduced in the trainer's buffer
+  // Padded elements of the trainable units (the whole-unit gradient extent: stage 0's
+  // all-reduce), and of their stepped ranges (this rank's master / state elements).
+  std::size_t trainable_padded = 0;
+  std::size_t trainable_step = 0;
 
   // Arenas. `state` is the shape of each of num_states optimizer-state arenas.
   Arena params_whole, params_shard, master, state, grads;
@@ -250,6 +263,12 @@ struct Placement {
 
 // Also validates the units (zero::Error(kInvalidArgument) as make_layout).
 Placement make_placement(PlacementInput in);
+
+// Whether every parameter of `spec` is frozen (ParamSpec::trainable = false). A unit mixing
+// frozen and trainable parameters is kInvalidArgument naming one of each: the unit is the
+// granularity of reduce and step (as FSDP's flat parameter takes one requires_grad without
+// use_orig_params).
+bool frozen_unit(const UnitSpec& spec);
 
 // The arena's buffer: on the device or pinned, charged to its category (empty for 0 bytes).
 Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, AllocOptions opts = {});

@@ -39,6 +39,8 @@ class ShardAccess {
   virtual void store_params(UnitId u) = 0;
 };
 
+// A frozen unit (UnitPlacement::frozen) has no master and no state: the engine never asks for
+// its master, state, copies, refresh or load here, and step() passes it by.
 class ShardOptimizer {
  public:
   virtual ~ShardOptimizer() = default;

@@ -63,8 +63,10 @@ struct PlanResult {
   std::size_t in_flight_grad_bytes = 0;
   std::size_t staging_bytes = 0;
   std::size_t gathered_param_bytes = 0;
-  std::size_t psi = 0;                   // parameters
-  std::size_t psi_padded = 0;            // with the layout's padding
+  std::size_t psi = 0;         // parameters
+  std::size_t psi_padded = 0;  // with the layout's padding
+  // Of psi_padded, the trainable units' (frozen units: no gradients, master or state).
+  std::size_t psi_trainable_padded = 0;
   std::vector<std::size_t> unit_padded;  // padded elements per unit
   std::size_t largest_unit = 0;          // padded elements of the largest unit
   std::string largest_unit_name;

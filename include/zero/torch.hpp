@@ -37,8 +37,12 @@
 // backward with gradient_accumulation_steps = A in the config (not A backward() calls before one
 // step()); a second backward() in one micro-step is an error naming the parameter. fp16: scale
 // the loss (`optimizer.scale_loss(loss).backward()`); bf16 and f32 need nothing. The model's
-// buffers (not parameters) are left alone. Parameters with requires_grad = false are left alone
-// (they are not trained, as with torch::optim). Unlike torch::optim::AdamW, a parameter that got
+// buffers (not parameters) are left alone. Parameters with requires_grad = false go into the
+// engine frozen (ParamSpec::trainable = false): never stepped, as with torch::optim, but placed
+// like the rest (sharded at stage 3 and gathered on use) with no gradient, master or state; a
+// unit's frozen parameters become a unit of their own, "<unit> (frozen)", declared before it
+// (the engine's units are all frozen or all trainable). Set requires_grad before making the
+// optimizer: it is read once. Unlike torch::optim::AdamW, a parameter that got
 // no gradient in a step is still stepped (zero gradient: weight decay and momentum apply), as
 // every rank must step the same shards.
 //

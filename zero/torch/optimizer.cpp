@@ -58,28 +58,29 @@ struct PostHook : ::torch::autograd::FunctionPostHook {
   int index;
 };
 
-// Drops parameters the engine does not train (requires_grad = false, no elements) and tensors
-// already in an earlier unit; checks the rest.
+// Drops tensors with no elements and tensors already in an earlier unit; checks the rest, and
+// puts a unit's frozen parameters (requires_grad = false) in a unit of their own before it (the
+// engine's units are all frozen or all trainable: zero/placement.hpp frozen_unit).
 std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptions& options) {
   ZERO_CHECK(options.device.is_cpu() && options.device_ops == nullptr, kInvalidArgument,
              "zero::torch: the LibTorch adapter trains CPU tensors (EngineOptions::device must be "
              "the CPU, no device_ops)");
   std::unordered_set<const void*> seen;
+  std::vector<TensorUnit> out;
   for (TensorUnit& u : units) {
     ZERO_CHECK(u.param_names.size() == u.params.size(), kInvalidArgument, "zero::torch: unit '",
                u.name, "' has ", u.params.size(), " parameters and ", u.param_names.size(),
                " names");
-    TensorUnit kept{u.name, {}, {}};
+    TensorUnit kept{u.name, {}, {}}, frozen{u.name, {}, {}};
     for (std::size_t i = 0; i < u.params.size(); ++i) {
       const at::Tensor& t = u.params[i];
       const std::string& name = u.param_names[i];
       ZERO_CHECK(t.defined(), kInvalidArgument, "zero::torch: parameter '", name,
                  "' is an undefined tensor");
       if (!seen.insert(t.unsafeGetTensorImpl()).second) continue;  // tied: its first unit
-      if (!t.requires_grad() || t.numel() == 0) {
+      if (t.numel() == 0) {
         ZERO_LOG(kInfo, "zero::torch: parameter '", name,
-                 t.numel() == 0 ? "' has no elements" : "' does not require grad",
-                 ": left to the model, not trained");
+                 "' has no elements: left to the model, not trained");
         continue;
       }
       ZERO_CHECK(t.device().is_cpu() && t.layout() == at::kStrided, kInvalidArgument,
@@ -99,15 +100,18 @@ std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptio
                      "model (its parameters live in that optimizer's engine): give one "
                      "optimizer all the parameters, or destroy the first before making another");
         }
-      kept.param_names.push_back(name);
-      kept.params.push_back(t);
+      TensorUnit& into = t.requires_grad() ? kept : frozen;
+      into.param_names.push_back(name);
+      into.params.push_back(t);
     }
-    u = std::move(kept);
+    if (!frozen.params.empty()) {
+      if (!kept.params.empty()) frozen.name += " (frozen)";
+      out.push_back(std::move(frozen));
+    }
+    if (!kept.params.empty()) out.push_back(std::move(kept));
   }
-  std::erase_if(units, [](const TensorUnit& u) { return u.params.empty(); });
-  ZERO_CHECK(!units.empty(), kInvalidArgument,
-             "zero::torch: no parameter to train (none given, or none requires grad)");
-  return units;
+  ZERO_CHECK(!out.empty(), kInvalidArgument, "zero::torch: no parameter (none given)");
+  return out;
 }
 
 }  // namespace
@@ -122,7 +126,8 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
     UnitSpec spec{tu.name, {}};
     for (std::size_t i = 0; i < tu.params.size(); ++i) {
       int group = 0;
-      if (!group_of.empty()) {
+      const bool trainable = tu.params[i].requires_grad();
+      if (!group_of.empty() && trainable) {
         const auto it = group_of.find(tu.params[i].unsafeGetTensorImpl());
         ZERO_CHECK(it != group_of.end(), kInvalidArgument, "zero::torch: parameter '",
                    tu.param_names[i],
@@ -130,7 +135,7 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
                    "it): list it in a group, or set requires_grad(false)");
         group = it->second;
       }
-      spec.params.push_back({tu.param_names[i], engine_shape(tu.params[i]), group});
+      spec.params.push_back({tu.param_names[i], engine_shape(tu.params[i]), group, trainable});
     }
     engine->add_unit(std::move(spec));
   }
@@ -175,6 +180,10 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
       if (!shard_params) detail::bind(p.bound.storage, whole.param(p.index));
       p.tensor.set_data(p.bound.tensor);
       p.tensor.mutable_grad().reset();
+      if (!p.tensor.requires_grad()) {  // frozen: no gradient, no hooks
+        ps.push_back(std::move(p));
+        continue;
+      }
       p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
       ZERO_CHECK(p.accumulator != nullptr, kInternal, "no gradient accumulator for '", p.name, "'");
       p.accumulator->add_pre_hook(std::make_unique<PreHook>(target, uid, p.index));
@@ -183,8 +192,7 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
     }
   }
   waiting.resize(units.size());
-  for (std::size_t uid = 0; uid < units.size(); ++uid)
-    waiting[uid] = static_cast<int>(params[uid].size());
+  for (std::size_t uid = 0; uid < units.size(); ++uid) waiting[uid] = trainable_params(uid);
   handed.assign(units.size(), false);
   target->impl = this;
   // Every stage watches the handed-over gradients; stage 3 also gathers on use.
@@ -367,7 +375,7 @@ StepResult Optimizer::step() {
     r = m.engine->step();
   }
   for (std::size_t u = 0; u < m.units.size(); ++u) {
-    m.waiting[u] = static_cast<int>(m.params[u].size());
+    m.waiting[u] = m.trainable_params(u);
     m.handed[u] = false;
   }
   m.in_micro_step = false;

@@ -63,6 +63,12 @@ struct Optimizer::Impl {
   void raise_gather_error() const;
   void unhook();
   void own_values(bool gather);  // every parameter gets its own storage back
+  // Unit u's parameters that get a gradient (a frozen unit's: none).
+  int trainable_params(std::size_t u) const {
+    int n = 0;
+    for (const Param& p : params[u]) n += p.tensor.requires_grad() ? 1 : 0;
+    return n;
+  }
 
   Communicator& comm;
   std::vector<TensorUnit> units;

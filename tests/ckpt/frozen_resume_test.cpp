@@ -1,0 +1,105 @@
+// A checkpoint of a run with frozen parameters (the LoRA-like model of
+// tests/engine/lora_training.hpp, the base frozen) saved after 2 steps and loaded into a fresh
+// engine whose base starts elsewhere: the frozen parameters come back from the checkpoint (they
+// have no master or state in memory; the checkpoint keeps their values, their state as the fresh
+// zeros), and training goes on bitwise as the uninterrupted run at the same world size and
+// stage (stages 0-3, N = 4, f32 and bf16); at another world size and stage every loaded value
+// is bitwise the saved one, and the frozen parameters stay so through further training.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ckpt/ckpt_runs.hpp"
+#include "engine/lora_training.hpp"
+#include "zero/ckpt.hpp"
+#include "zero/comm.hpp"
+#include "zero/engine.hpp"
+
+namespace zero {
+namespace {
+
+using namespace zero::testing;  // NOLINT: the model's helpers
+
+constexpr int kBefore = 2;
+
+// Rank 0's parameters after kBefore + after steps: uninterrupted, or saved after kBefore into
+// `dir` by one run and resumed by another at `resume_ranks` with `resume`.
+std::vector<float> uninterrupted(int ranks, const Config& cfg, int after) {
+  return on_ranks<std::vector<float>>(ranks, [&](Communicator& comm) {
+    const std::vector<UnitSpec> units = lora_units(true);
+    Engine e(comm, cfg);
+    declare(e, units, initial_params(total_params(units)));
+    for (int s = 0; s < kBefore + after; ++s) train_step(e, units, s, false);
+    return read_all(e, units);
+  });
+}
+
+std::vector<float> resumed(int ranks, const Config& cfg, int resume_ranks, const Config& resume,
+                           const std::string& dir, int after) {
+  ThreadGroup::run(ranks, [&](Communicator& comm) {
+    const std::vector<UnitSpec> units = lora_units(true);
+    Engine e(comm, cfg);
+    declare(e, units, initial_params(total_params(units)));
+    for (int s = 0; s < kBefore; ++s) train_step(e, units, s, false);
+    ckpt::Saver saver(e, {.dir = dir});
+    saver.save();
+  });
+  return on_ranks<std::vector<float>>(resume_ranks, [&](Communicator& comm) {
+    const std::vector<UnitSpec> units = lora_units(true);
+    Engine e(comm, resume);
+    std::vector<float> elsewhere = initial_params(total_params(units));
+    for (float& v : elsewhere) v = 0.25f - v;  // the checkpoint must bring every value back
+    declare(e, units, elsewhere);
+    const ckpt::LoadResult r = ckpt::load(e, dir);
+    EXPECT_EQ(r.steps, kBefore);
+    for (int s = kBefore; s < kBefore + after; ++s) train_step(e, units, s, false);
+    return read_all(e, units);
+  });
+}
+
+TEST(CkptFrozen, ResumeWithFrozenParametersBitwise) {
+  constexpr int kN = 4;
+  for (bool bf16 : {false, true}) {
+    for (int stage : {0, 1, 2, 3}) {
+      const std::string what =
+          std::string(bf16 ? "bf16" : "f32") + " stage " + std::to_string(stage);
+      const Config cfg = config_for(stage, bf16);
+      TempDir dir("frozen-" + std::to_string(stage) + (bf16 ? "-bf16" : ""));
+      const std::vector<float> want = uninterrupted(kN, cfg, 2);
+      const std::vector<float> got = resumed(kN, cfg, kN, cfg, dir.str(), 2);
+      ASSERT_EQ(got.size(), want.size()) << what;
+      std::size_t bad = 0;
+      for (std::size_t j = 0; j < got.size(); ++j)
+        bad += std::memcmp(&got[j], &want[j], sizeof(float)) != 0 ? 1 : 0;
+      EXPECT_EQ(bad, 0u) << what << ": resumed run differs from the uninterrupted one";
+    }
+  }
+}
+
+TEST(CkptFrozen, ResumeAtAnotherWorldSizeAndStage) {
+  const Config saved = config_for(3, false), resume = config_for(1, false);
+  const std::vector<float> want = uninterrupted(4, saved, 0);
+  const std::vector<UnitSpec> units = lora_units(true);
+  const std::vector<float> init = initial_params(total_params(units));
+  for (int after : {0, 2}) {
+    TempDir dir("frozen-reshard-" + std::to_string(after));
+    const std::vector<float> got = resumed(4, saved, 3, resume, dir.str(), after);
+    ASSERT_EQ(got.size(), want.size());
+    for_each_param(units, [&](UnitId u, int i, std::size_t at, std::size_t n) {
+      const UnitSpec& us = units[static_cast<std::size_t>(u)];
+      const bool frozen = is_base(static_cast<std::size_t>(u));
+      if (!frozen && after > 0) return;  // trained on at N = 3: other batches
+      for (std::size_t j = at; j < at + n; ++j) {
+        ASSERT_EQ(got[j], frozen ? init[j] : want[j])
+            << us.name << "." << us.params[static_cast<std::size_t>(i)].name << " after " << after
+            << " steps at N = 3";
+      }
+    });
+  }
+}
+
+}  // namespace
+}  // namespace zero
