@@ -26,6 +26,21 @@ struct Dims {
   std::int64_t context = 32;
 };
 
+// Causal multi-head self-attention of the qkv projection's output [B, T, 3C] -> [B, T, C]
+// (before the output projection). Shared with the LoRA block of finetune_lora.cpp.
+inline torch::Tensor causal_attention(const torch::Tensor& qkv_out, std::int64_t heads) {
+  const auto B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3;
+  auto parts = qkv_out.chunk(3, /*dim=*/2);
+  auto split = [&](const torch::Tensor& t) {
+    return t.view({B, T, heads, C / heads}).transpose(1, 2);  // [B, H, T, C/H]
+  };
+  auto q = split(parts[0]), k = split(parts[1]), v = split(parts[2]);
+  auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(C / heads));
+  auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+  att = torch::softmax(att.masked_fill(mask, -INFINITY), -1);
+  return torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+}
+
 struct BlockImpl : torch::nn::Module {
   explicit BlockImpl(const Dims& d)
       : heads(d.heads),
@@ -38,17 +53,7 @@ struct BlockImpl : torch::nn::Module {
         out(register_module("out", torch::nn::Linear(4 * d.embed, d.embed))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const auto B = x.size(0), T = x.size(1), C = x.size(2);
-    auto parts = qkv->forward(ln1->forward(x)).chunk(3, /*dim=*/2);
-    auto split = [&](const torch::Tensor& t) {
-      return t.view({B, T, heads, C / heads}).transpose(1, 2);  // [B, H, T, C/H]
-    };
-    auto q = split(parts[0]), k = split(parts[1]), v = split(parts[2]);
-    auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(C / heads));
-    auto mask = torch::ones({T, T}, torch::kBool).triu(1);
-    att = torch::softmax(att.masked_fill(mask, -INFINITY), -1);
-    auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
-    auto h = x + proj->forward(y);
+    auto h = x + proj->forward(causal_attention(qkv->forward(ln1->forward(x)), heads));
     return h + out->forward(torch::gelu(fc->forward(ln2->forward(h))));
   }
 
