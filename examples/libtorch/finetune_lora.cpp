@@ -212,10 +212,16 @@ Bytes tracker_bytes(zero::Engine& e) {
 int main(int argc, char** argv) try {
   // --config / --zero-stage / --set are the config's (as for every zero trainer); CLI11 the rest.
   zero::ConfigBuilder builder;
-  builder.merge_json(R"({"zero_optimization": {"stage3_param_persistence_threshold": 0}})");
   builder.apply_env();
   std::vector<std::string> args =
       builder.apply_args(std::vector<std::string>(argv + 1, argv + argc));
+  // Stage 3: shard this small model's units too (DeepSpeed's default threshold, 1e5 elements,
+  // keeps every one of them whole), unless the config says otherwise.
+  if (const zero::Config c = builder.build();
+      c.zero_optimization.stage == 3 &&
+      c.zero_optimization.stage3_param_persistence_threshold ==
+          zero::ZeroOptimizationConfig{}.stage3_param_persistence_threshold)
+    builder.set("zero_optimization.stage3_param_persistence_threshold=0");
   const zero::Config cfg = builder.build();
 
   int ranks = 2, pretrain_steps = 300, steps = 200;
