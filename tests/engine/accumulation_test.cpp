@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "least_squares.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
@@ -47,53 +48,13 @@ int total_params() {
   return n;
 }
 
-// Sample i of (step, micro-step, rank): features a (scaled so the gradient norm is O(1)) and
-// target y, as floats (the trainer's and the reference's data are the same values).
-struct Sample {
-  std::vector<float> a;
-  float y = 0;
-};
-std::vector<Sample> batch(int step, int micro, int rank) {
-  std::mt19937_64 rng(1000003ULL * static_cast<std::uint64_t>(step) +
-                      1009ULL * static_cast<std::uint64_t>(micro) +
-                      static_cast<std::uint64_t>(rank));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<Sample> out(kBatch);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(total_params()));
-  for (Sample& s : out) {
-    s.a.resize(static_cast<std::size_t>(total_params()));
-    for (float& v : s.a) v = scale * d(rng);
-    s.y = 2.0f * d(rng);
-  }
-  return out;
+using testing::least_squares::mean_loss_grad;
+using testing::least_squares::trainer_grad;
+std::vector<testing::least_squares::Sample> batch(int step, int micro, int rank) {
+  return testing::least_squares::batch(total_params(), kBatch, step, micro, rank);
 }
-
 std::vector<float> initial_params() {
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> p(static_cast<std::size_t>(total_params()));
-  for (float& v : p) v = d(rng);
-  return p;
-}
-
-// The gradient of the micro-batch's mean loss at theta, in T.
-template <typename T, typename P>
-std::vector<T> mean_loss_grad(const std::vector<Sample>& b, const std::vector<P>& theta) {
-  std::vector<T> g(theta.size(), T(0));
-  for (const Sample& s : b) {
-    T e = -static_cast<T>(s.y);
-    for (std::size_t j = 0; j < theta.size(); ++j) e += static_cast<T>(s.a[j]) * theta[j];
-    for (std::size_t j = 0; j < theta.size(); ++j) g[j] += e * static_cast<T>(s.a[j]);
-  }
-  for (T& v : g) v /= static_cast<T>(b.size());
-  return g;
-}
-
-// The trainer's gradient: computed in double at the engine's f32 parameters and written in f32,
-// so that what differs from the reference is the engine's arithmetic, not the trainer's.
-std::vector<float> trainer_grad(const std::vector<Sample>& b, const std::vector<float>& theta) {
-  const std::vector<double> g = mean_loss_grad<double>(b, theta);
-  return std::vector<float>(g.begin(), g.end());
+  return testing::least_squares::initial_params(total_params(), 7);
 }
 
 struct Reference {
