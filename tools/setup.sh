@@ -7,7 +7,7 @@ set -euo pipefail
 ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
                libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev
-               libxxhash-dev pkg-config libcli11-dev python3 python3-venv)
+               libxxhash-dev pkg-config libcli11-dev)
 
 zero_install_packages() {
   local missing=()
@@ -28,7 +28,7 @@ zero_install_packages() {
 
 # Python's safetensors + numpy, which the checkpoint import tests write their files with
 # (tests/ckpt/write_safetensors.py), in a venv under .cache/pyvenv: made and filled once (PyPI),
-# then left as it is.
+# then left as it is. tools/test calls it (the main job, tools/demo, does not need it).
 zero_python_venv() {
   local venv="$ZERO_ROOT/.cache/pyvenv"
   if [[ -x "$venv/bin/python3" ]] && "$venv/bin/python3" -c "import safetensors, numpy" 2>/dev/null; then
@@ -43,7 +43,6 @@ zero_setup() {
   local build_dir="$1"
   shift
   zero_install_packages
-  zero_python_venv
   # The CUDA toolkit, when installed, lives here; with nvcc found the CUDA sources are built too.
   if [[ -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
     export PATH="/usr/local/cuda/bin:$PATH"
