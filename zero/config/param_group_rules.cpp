@@ -2,6 +2,7 @@
 // (optimizer.param_groups, a zero extension): which parameters a group takes (by name, by
 // number of dimensions) and the options it sets over the optimizer block's, read and validated
 // here; the engine assigns the parameters (zero/param_groups.cpp).
+#include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -28,7 +29,8 @@ void number(const json& obj, const std::string& path, const char* key, double lo
   if (it == obj.end() || it->is_null()) return;
   if (!it->is_number() || !(it->get<double>() >= lo && it->get<double>() <= hi)) {
     fail(path + "." + key, *it,
-         "must be a number in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
+         std::isinf(hi) ? "must be a finite number >= " + json(lo).dump()
+                        : "must be a number in [" + json(lo).dump() + ", " + json(hi).dump() + "]");
   }
   out = it->get<double>();
 }
