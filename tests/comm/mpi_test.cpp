@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "comm/collective_checks.hpp"
 #include "comm/quantized_checks.hpp"
@@ -168,8 +169,8 @@ TEST(Mpi, SmallBlockingCollectiveMatchesWhetherRunInlineOrQueued) {
 
 // Collective timestamps on the MPI backend: inline (small blocking), progress thread (large
 // async, small async), in issue order. Rank 0 then issues a large all_reduce that rank 1 joins
-// late and sleeps past that: the event must have finished well after issue (not stamped at
-// issue) and before the wait (not stamped at wait).
+// late: the event must have finished well after issue (not stamped at issue) and be recorded
+// before rank 0 waits (not stamped at wait).
 TEST(Mpi, EventsAreTimedWhereTheCollectiveRuns) {
   auto c = world().split(0, world().rank());  // a fresh communicator: seq starts at 0
   ASSERT_NE(nullptr, c);
@@ -199,9 +200,20 @@ TEST(Mpi, EventsAreTimedWhereTheCollectiveRuns) {
   constexpr auto kPeerLate = std::chrono::milliseconds(200);
   c->set_event_capacity(1);
   if (c->rank() == 0) {
+    const std::uint64_t seq = c->issued();
     CommHandle late =
         c->all_reduce_async(big.data(), big.data(), big.size(), DType::kF32, ReduceOp::kSum);
-    std::this_thread::sleep_for(4 * kPeerLate);
+    // The worker records the event when the collective completes, before anyone waits on it:
+    // wait for the record (however long a busy machine takes; a generous guard against a hang),
+    // then call wait(). An event stamped at wait() would never appear here.
+    const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (;;) {
+      const std::vector<CollectiveEvent> now = c->events();
+      if (!now.empty() && now.back().seq == seq) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), guard)
+          << "the all-reduce's event was not recorded before wait(): stamped at wait()?";
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     const auto wait_called = std::chrono::steady_clock::now();
     late.wait();
     ev = c->events();
