@@ -6,6 +6,7 @@
 // kept: AdamWOptions is AdamW (decoupled decay); AdamOptions' weight_decay is L2 (the engine's
 // Adam with adam_w_mode = false); SGDOptions' weight_decay is L2 as the engine's SGD; Adagrad
 // without lr_decay or an initial accumulator value.
+#include <algorithm>
 #include <cmath>
 #include <string>
 

@@ -1,12 +1,10 @@
 // zero/torch/units.cpp — how a LibTorch trainer's parameters are grouped into units
 // (zero/torch.hpp).
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <unordered_set>
 
 #include "zero/error.hpp"
-#include "zero/optimizer.hpp"
 #include "zero/torch.hpp"
 
 namespace zero::torch {
