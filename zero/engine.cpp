@@ -381,38 +381,4 @@ StepResult Engine::step_impl() {
   return res;
 }
 
-std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment) {
-  ZERO_CHECK(world_size >= 1 && alignment >= 1, kInvalidArgument,
-             "attach_capacity: world size and alignment must be >= 1");
-  const std::size_t m = static_cast<std::size_t>(world_size) * alignment;
-  return (numel + m - 1) / m * m;
-}
-
-std::unique_ptr<Engine> Engine::attach(Communicator& comm, const Config& config, void* params,
-                                       void* grads, std::size_t numel, std::size_t capacity,
-                                       DType dtype, EngineOptions options) {
-  ZERO_CHECK(!detail::StagePolicy::of(config.zero_optimization.stage).shard_params, kConfig,
-             "config key 'zero_optimization.stage' = ", config.zero_optimization.stage,
-             ": attach mode runs stages 0-2; stage 3 needs the managed engine (the engine must "
-             "own the parameters to shard them)");
-  ZERO_CHECK(params != nullptr && grads != nullptr && numel > 0, kInvalidArgument,
-             "attach: null buffer or zero parameters");
-  auto impl = std::make_unique<Impl>(comm, config.resolve_batch(comm.size()), std::move(options),
-                                     detail::Ownership::kAttached);
-  ZERO_CHECK(dtype == impl->w, kConfig, "attach: the trainer's buffers are ", to_string(dtype),
-             " but the config trains in ", to_string(impl->w),
-             " (keys 'bf16.enabled' / 'fp16.enabled')");
-  impl->trainer_params = static_cast<char*>(params);
-  impl->trainer_grads = static_cast<char*>(grads);
-  impl->trainer_capacity = capacity;
-  impl->specs.push_back({"attached", {{"flat", {static_cast<std::int64_t>(numel)}}}});
-  auto e = std::unique_ptr<Engine>(new Engine(std::move(impl)));
-  Impl& m = *e->impl_;
-  m.lay_out();
-  // Data-parallel start: every rank takes rank 0's parameters (as DDP and DeepSpeed do).
-  comm.broadcast(m.trainer_params, m.trainer_params, m.place().layout.total_padded, m.w, 0);
-  m.optimizer->refresh_master(0, 0, m.unit_place(0).step_count);
-  return e;
-}
-
 }  // namespace zero

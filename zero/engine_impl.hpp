@@ -61,6 +61,7 @@ struct Engine::Impl final : detail::ShardAccess {
   char* trainer_params = nullptr;
   char* trainer_grads = nullptr;
   std::size_t trainer_capacity = 0;
+  std::size_t trainer_numel = 0;
 
   std::vector<UnitSpec> specs;
   detail::PlacementInput input;  // validated at construction; the units join at lay_out
@@ -152,6 +153,9 @@ struct Engine::Impl final : detail::ShardAccess {
   // Resolves EngineOptions::param_groups over the optimizer's options (names unique), and
   // attach mode's ranges into the placement input.
   void make_groups();
+  // Attach mode: the units tiling the trainer's buffer of `numel` elements (zero/attach.cpp),
+  // and attach_groups' spans cut per unit.
+  void attach_units(std::size_t numel);
   // Parameters in group 0 that match a config rule join its group (the first that matches).
   void assign_rule_groups(std::vector<UnitSpec>& units) const;
   int first_rule_group = 1;
@@ -184,7 +188,7 @@ struct Engine::Impl final : detail::ShardAccess {
     placement.emplace(detail::make_placement(std::move(in)));
     const detail::Placement& p = *placement;
     if (ownership == detail::Ownership::kAttached) {
-      const std::size_t numel = specs[0].params[0].numel(), need = p.layout.total_padded;
+      const std::size_t numel = trainer_numel, need = p.layout.total_padded;
       ZERO_CHECK(trainer_capacity >= need, kInvalidArgument, "attach: the buffers hold ",
                  trainer_capacity, " elements; ", numel, " parameters at ", p.in.world_size,
                  " ranks need ", need, " (padded to a multiple of ", p.in.world_size, " x ",

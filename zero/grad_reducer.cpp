@@ -150,12 +150,20 @@ CommHandle GradReducer::reduce_async(char* base, char* own, std::size_t count) {
 }
 
 void GradReducer::take_trainer_grads() {
-  const std::size_t numel = placement_.in.units[0].params[0].numel();
-  const std::size_t padded = placement_.layout.total_padded;
+  // The trainer's buffer tiles the units: their layout offsets are its offsets (zero/attach.cpp).
+  const Layout& lay = placement_.layout;
+  const std::size_t ws = dtype_size(w_);
+  std::size_t numel = 0;
+  for (const UnitSpec& s : placement_.in.units) numel += s.params[0].numel();
   // The padding must be zero (it is reduced and stepped like the rest).
-  dev_.fill(trainer_grads_ + numel * dtype_size(w_), 0, (padded - numel) * dtype_size(w_));
-  if (!placement_.grads_in_trainer) {
-    dev_.accumulate(acc_base(), r_, trainer_grads_, w_, padded, micro_ == 0);
+  dev_.fill(trainer_grads_ + numel * ws, 0, (lay.total_padded - numel) * ws);
+  if (placement_.grads_in_trainer) return;  // reduced there in place
+  // The trainable units' gradients into the accumulation (a frozen unit's are never read).
+  for (std::size_t u = 0; u < lay.units.size(); ++u) {
+    if (placement_.units[u].frozen) continue;
+    const UnitLayout& ul = lay.units[u];
+    dev_.accumulate(unit_acc(static_cast<UnitId>(u)), r_, trainer_grads_ + ul.full_offset * ws, w_,
+                    ul.padded, micro_ == 0);
   }
 }
 

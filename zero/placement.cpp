@@ -224,7 +224,10 @@ Placement make_placement(PlacementInput in) {
   // reduced shards are accumulated there as they complete. Stage 1 reduces whole gradients on the
   // device at the boundary; its shard is staged chunk by chunk at the step.
   p.grads_on_host = p.offloaded && pol.shard_gradients;
-  p.grads_in_trainer = !managed && i.working == i.reduce && i.accumulation == 1;
+  // Attach, W == R, A == 1: reduced in the trainer's buffer, unless frozen units cut it (the
+  // trainable units' gradients are then not consecutive there: the engine accumulates them).
+  p.grads_in_trainer = !managed && i.working == i.reduce && i.accumulation == 1 &&
+                       std::none_of(i.units.begin(), i.units.end(), frozen_unit);
 
   // ---- units: parameters, stepped ranges, gradients
   p.units.resize(nu);

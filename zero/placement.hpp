@@ -183,8 +183,8 @@ struct Placement {
   bool nvme_params = false;      // offload_param = nvme: stage-3 shards in a swap file
   bool separate_master = false;  // an fp32 master apart from the parameters
   bool grads_on_host = false;    // ZeRO-Offload: the gradient partition with the optimizer
-  bool grads_in_trainer =
-      false;  // attach, W == R, no accumulation: reduced in the trainer's buffer
+  // Attach, W == R, no accumulation, nothing frozen: reduced in the trainer's buffer.
+  bool grads_in_trainer = false;
   // Padded elements of the trainable units (the whole-unit gradient extent: stage 0's
   // all-reduce), and of their stepped ranges (this rank's master / state elements).
   std::size_t trainable_padded = 0;

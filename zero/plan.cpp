@@ -14,13 +14,14 @@
 namespace zero {
 
 FormulaBytes zero_formula(double psi, int ranks, int stage, double w, double g, double k,
-                          bool offload_optimizer, bool offload_params) {
-  const double n = ranks;
+                          bool offload_optimizer, bool offload_params,
+                          std::optional<double> psi_trainable) {
+  const double n = ranks, trained = psi_trainable.value_or(psi);
   const detail::StagePolicy policy = detail::StagePolicy::of(stage);
   FormulaBytes f;
   f.params = w * psi / (policy.shard_params ? n : 1.0);
-  f.grads = g * psi / (policy.shard_gradients ? n : 1.0);
-  f.optimizer = k * psi / (policy.shard_optimizer ? n : 1.0);
+  f.grads = g * trained / (policy.shard_gradients ? n : 1.0);
+  f.optimizer = k * trained / (policy.shard_optimizer ? n : 1.0);
   if (offload_optimizer) {
     f.offloaded += f.optimizer;
     f.optimizer = 0;

@@ -22,6 +22,8 @@ const char* const kUsage =
   --nvme-path DIR         swap files for --offload nvme (default /tmp)
   --memory-budget B       cap each rank's memory (e.g. 512M); NVMe files are not counted
   --layers L --dim D --heads H --seq T   the GPT model (default 6, 192, 4, 64)
+  --freeze F              the first F units frozen, as fine-tuning the top of a model: 1 the
+                          embedding (and the tied head), 1 + k also blocks 0..k-1 (default 0)
   --batch B               sequences per rank per step (default 2)
   --dtype bf16|f16|f32    working dtype (default bf16)
   --reduce-dtype bf16|f16|f32   gradient reduction dtype (default bf16)

@@ -117,8 +117,11 @@ std::string format_config(const ConfigFigures& c) {
   std::ostringstream os;
   char line[512];
   std::snprintf(line, sizeof line,
-                "== %s | N=%d ranks | %s params, %s gradient reduction | %zu parameters\n",
-                label(c).c_str(), c.ranks, c.dtype.c_str(), c.reduce_dtype.c_str(), c.params);
+                "== %s | N=%d ranks | %s params, %s gradient reduction | %zu parameters%s\n",
+                label(c).c_str(), c.ranks, c.dtype.c_str(), c.reduce_dtype.c_str(), c.params,
+                c.trainable_params == c.params
+                    ? ""
+                    : (", " + std::to_string(c.trainable_params) + " trainable").c_str());
   os << line;
   std::snprintf(line, sizeof line, "%-22s %14s %14s %8s %14s %14s\n", "per rank (rank 0)",
                 "measured", "predicted", "ratio", "peak", "all ranks");
@@ -295,6 +298,7 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     cj["dtype"] = c.dtype;
     cj["reduce_dtype"] = c.reduce_dtype;
     cj["params"] = c.params;
+    cj["trainable_params"] = c.trainable_params;
     cj["process_rss"] = c.process_rss;
     cj["step_ms_stage0"] = c.step_ms_stage0;
     cj["comm_theory_bytes_per_step"] = c.comm_theory_bytes;
@@ -362,7 +366,7 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
   }
   os << ",activations_peak,total_current,total_peak,model_state,formula,predicted_total,step_ms,"
         "comm_bytes_per_step,offload,nvme_bytes,comm_busy_ms,comm_wait_ms,traced_step_ms,"
-        "untraced_step_ms\n";
+        "untraced_step_ms,trainable_params\n";
   for (const auto& c : all) {
     for (const auto& r : c.per_rank) {
       os << c.stage << ',' << c.checkpoint << ',' << c.ranks << ',' << r.rank << ',' << c.dtype
@@ -375,7 +379,7 @@ std::string to_csv(const std::vector<ConfigFigures>& all) {
          << static_cast<std::size_t>(c.formula.total()) << ',' << c.predicted_total() << ','
          << r.step_ms << ',' << r.comm_bytes_per_step << ',' << c.offload << ','
          << r.tier(MemTier::kNvme) << ',' << r.comm_busy_ms << ',' << r.comm_wait_ms << ','
-         << r.traced_step_ms << ',' << r.untraced_step_ms << '\n';
+         << r.traced_step_ms << ',' << r.untraced_step_ms << ',' << c.trainable_params << '\n';
     }
   }
   return os.str();

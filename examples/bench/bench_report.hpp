@@ -54,7 +54,8 @@ struct ConfigFigures {
   int ranks = 1;
   std::string dtype;  // working dtype
   std::string reduce_dtype;
-  std::size_t params = 0;  // Ψ
+  std::size_t params = 0;            // Ψ
+  std::size_t trainable_params = 0;  // of Ψ, not frozen (--freeze)
   std::vector<RankFigures> per_rank;
   std::size_t process_rss = 0;  // this process (all in-process ranks), at the end of the run
   PlanResult plan;              // predicted engine memory

@@ -83,14 +83,17 @@ double comm_theory(const PlanInput& pin, const PlanResult& plan, int n, int stag
       return static_cast<double>(QuantizedChunk{plan.unit_padded[u] / n, block}.bytes());
     };
     double bytes = (n - 1) * 16.0;
-    for (std::size_t u = 0; u < plan.unit_padded.size(); ++u) bytes += (n - 1) * chunk(u);
+    for (std::size_t u = 0; u < plan.unit_padded.size(); ++u) {  // the trainable units' reduction
+      if (pin.units[u].params[0].trainable) bytes += (n - 1) * chunk(u);
+    }
     for (UnitId u : pin.gather_order) bytes += (n - 1) * chunk(static_cast<std::size_t>(u));
     return bytes;
   }
   const DType w = working_dtype(cfg);
   const DType r = reduce_dtype_of(cfg);
   const double rs = static_cast<double>(dtype_size(r)), ws = static_cast<double>(dtype_size(w));
-  const double psi = static_cast<double>(plan.psi_padded);
+  // Frozen units are neither reduced nor gathered after the step (the trainable ones: psi).
+  const double psi = static_cast<double>(plan.psi_trainable_padded);
   if (stage == 0) return 2 * f * psi * rs;
   if (stage < 3) return f * psi * (rs + ws) + (n - 1) * 16.0;
   double gathered = 0;
@@ -136,24 +139,27 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   c.dtype = o.dtype;
   c.reduce_dtype = o.reduce_dtype;
   c.params = g.num_params();
+  c.trainable_params = g.trainable_params();
   {
     PlanInput pin;
     pin.units = model_units(g, cfg);
     pin.ranks = n;
     pin.config = cfg;
     pin.gather_order = gpt::GptModel::gather_order(g, spec);
-    pin.grads_held = gpt::GptModel::kGradsHeld;
+    pin.grads_held = gpt::GptModel::grads_held(g);
     c.plan = plan_engine_memory(pin);
     c.comm_theory_bytes = comm_theory(pin, c.plan, sharded, stage, cfg);
     // Hybrid: each reduced gradient shard all-reduced across the replicas, once per step (ring
     // volume 2 (R - 1) / R of the shard in the reduce dtype).
     // With qgZ: (R - 1) packed int8 chunks of each unit's shard (an all-gather of them).
     c.cross_group_theory_bytes = 2.0 * (replicas - 1) / replicas *
-                                 static_cast<double>(c.plan.psi_padded) / sharded *
+                                 static_cast<double>(c.plan.psi_trainable_padded) / sharded *
                                  static_cast<double>(dtype_size(reduce_dtype_of(cfg)));
     if (kind.quantized && replicas > 1) {
       c.cross_group_theory_bytes = 0;
-      for (std::size_t padded : c.plan.unit_padded) {
+      for (std::size_t u = 0; u < c.plan.unit_padded.size(); ++u) {
+        if (!pin.units[u].params[0].trainable) continue;
+        const std::size_t padded = c.plan.unit_padded[u];
         c.cross_group_theory_bytes +=
             (replicas - 1) *
             static_cast<double>(QuantizedChunk{
@@ -171,7 +177,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   const DType w = parse_dtype(o.dtype), r = parse_dtype(o.reduce_dtype);
   c.formula = zero_formula(static_cast<double>(c.params), sharded, stage,
                            static_cast<double>(dtype_size(w)), static_cast<double>(dtype_size(r)),
-                           12, offload != "none");
+                           12, offload != "none", false, static_cast<double>(c.trainable_params));
   c.per_rank.resize(static_cast<std::size_t>(n));
   std::mutex mu;
 
@@ -304,9 +310,9 @@ int plan_only(const Options& o) {
   g.vocab = o.vocab > 0 ? o.vocab : gpt::CharCorpus::from_file(o.data).vocab_size();
   std::printf(
       "this engine, predicted per rank: GPT %d layers, dim %d, vocab %d, seq %d, batch %d"
-      " per rank, N = %d, %s params, %s reduction; %zu parameters\n",
+      " per rank, N = %d, %s params, %s reduction; %zu parameters, %zu trainable\n",
       g.layers, g.dim, g.vocab, g.seq, o.batch, n, o.dtype.c_str(), o.reduce_dtype.c_str(),
-      g.num_params());
+      g.num_params(), g.trainable_params());
   std::printf("%-18s %12s %12s %12s %12s %12s %12s %12s  %s\n", "configuration", "params16",
               "master", "optimizer", "gradients", "comm buf", "activations", "total",
               "largest gathered unit");
@@ -321,7 +327,7 @@ int plan_only(const Options& o) {
         pin.config = cfg;
         const CheckpointSpec spec = CheckpointSpec::resolve(ck, cfg.activation_checkpointing);
         pin.gather_order = gpt::GptModel::gather_order(g, spec);
-        pin.grads_held = gpt::GptModel::kGradsHeld;
+        pin.grads_held = gpt::GptModel::grads_held(g);
         const PlanResult p = plan_engine_memory(pin);
         MemoryTracker t;
         gpt::GptModel m(g, t);

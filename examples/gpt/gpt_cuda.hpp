@@ -87,7 +87,7 @@ class GptCudaModel {
   // excluded) for batches of `rows` x `seq` tokens.
   std::size_t activation_bytes(int rows, int seq) const;
   std::size_t workspace_bytes(int rows, int seq) const;
-  static constexpr int kGradsHeld = GptModel::kGradsHeld;
+  static constexpr int kGradsHeld = 2;  // GptModel::grads_held of a model with nothing frozen
   // The gather order of a training micro-step (GptModel's without checkpointing).
   static std::vector<UnitId> gather_order(const GptConfig& config) {
     return GptModel::gather_order(config, CheckpointSpec{});

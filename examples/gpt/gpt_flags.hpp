@@ -1,6 +1,6 @@
 // gpt/gpt_flags.hpp — the command-line flags zero-train and zero-bench share: integers and byte
-// counts that must parse whole, the model's shape (--layers --dim --heads --seq) and the run
-// flags both take (common_flag).
+// counts that must parse whole, the model's shape (--layers --dim --heads --seq) and its frozen
+// units (--freeze) and the run flags both take (common_flag).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -49,8 +49,8 @@ inline double flag_bytes(const std::string& flag, const std::string& value) {
   return x * mult;
 }
 
-// Applies --layers / --dim / --heads / --seq to `model`; false for any other flag. `value`
-// yields the flag's argument (and may throw when it is missing).
+// Applies --layers / --dim / --heads / --seq / --freeze to `model`; false for any other flag.
+// `value` yields the flag's argument (and may throw when it is missing).
 template <typename Value>
 bool model_flag(const std::string& flag, Value&& value, GptConfig& model) {
   if (flag == "--layers") {
@@ -61,6 +61,8 @@ bool model_flag(const std::string& flag, Value&& value, GptConfig& model) {
     model.heads = flag_int(flag, value());
   } else if (flag == "--seq") {
     model.seq = flag_int(flag, value());
+  } else if (flag == "--freeze") {
+    model.frozen_units = flag_int(flag, value());
   } else {
     return false;
   }

@@ -448,6 +448,9 @@ void GptConfig::validate() const {
   ZERO_CHECK(heads >= 1, kInvalidArgument, "GptConfig.heads = ", heads, ": need >= 1");
   ZERO_CHECK(dim >= 1 && dim % heads == 0, kInvalidArgument, "GptConfig.dim = ", dim,
              ": need a positive multiple of heads (", heads, ")");
+  ZERO_CHECK(frozen_units >= 0 && frozen_units <= layers, kInvalidArgument,
+             "GptConfig.frozen_units = ", frozen_units, ": need 0..", layers,
+             " (the embedding and up to layers - 1 blocks; a block must train)");
 }
 
 std::size_t GptConfig::num_params() const {
@@ -456,6 +459,13 @@ std::size_t GptConfig::num_params() const {
       2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
   return static_cast<std::size_t>(vocab) * C + static_cast<std::size_t>(seq) * C +
          static_cast<std::size_t>(layers) * block + 2 * C;
+}
+
+std::size_t GptConfig::trainable_params() const {
+  if (frozen_units == 0) return num_params();
+  GptConfig top = *this;
+  top.layers = layers - frozen_blocks();
+  return top.num_params() - static_cast<std::size_t>(vocab + seq) * static_cast<std::size_t>(dim);
 }
 
 void check_batch(const GptConfig& config, const TokenBatch& batch, const char* model) {
@@ -650,7 +660,9 @@ void GptModel::free_activations(Buffer& b) {
 }
 
 void GptModel::set_checkpointing(const CheckpointSpec& spec) {
-  (void)segment_starts(cfg_.layers, spec);  // validates the policy against the layer count
+  // Validates the policy against the layers it checkpoints (those below the trainable ones run as
+  // evaluation does).
+  (void)segment_starts(cfg_.layers - cfg_.frozen_blocks(), spec);
   ckpt_ = spec;
 }
 
@@ -663,16 +675,23 @@ std::size_t GptModel::activation_bytes(int rows, int seq, const CheckpointSpec& 
   const std::size_t mc = M * C * f;
   const std::size_t layer = mc + BlockActs::bytes(B, T, C, static_cast<std::size_t>(cfg_.heads));
   const std::size_t stats = round_up(M, kAlignFloats) * f;
-  const int L = cfg_.layers;
+  const int K = cfg_.frozen_blocks();
+  const int L = cfg_.layers - K;  // the Checkpointer's layers: the trainable blocks
   std::size_t cur = 0, peak = 0;
   auto add = [&](std::size_t b) { peak = std::max(peak, cur += b); };
   auto sub = [&](std::size_t b) { cur -= b; };
   const std::vector<int> starts = segment_starts(L, spec);
   const bool plain = spec.policy == CheckpointPolicy::kNone;
   auto seg_end = [&](std::size_t s) { return s + 1 < starts.size() ? starts[s + 1] : L; };
-  // forward: embedding output, the blocks' output, the Checkpointer's forward
+  // forward: embedding output, the blocks' output, the frozen blocks (their ping-pong buffer;
+  // each block's input copy and saved tensors freed at once), the Checkpointer's forward
   add(mc);
   add(mc);
+  if (K > 0) add(mc);
+  for (int l = 0; l < K; ++l) {
+    add(layer);
+    sub(layer);
+  }
   if (plain) {
     add(2 * mc);
     for (int l = 0; l < L; ++l) add(layer);
@@ -686,6 +705,7 @@ std::size_t GptModel::activation_bytes(int rows, int seq, const CheckpointSpec& 
       }
     }
   }
+  if (K > 0) sub(mc);
   sub(mc);  // the embedding output (each layer kept its own input)
   // final LayerNorm, head
   add(2 * stats + mc);
@@ -723,20 +743,21 @@ std::size_t GptModel::workspace_bytes(int rows, int seq) const {
 
 std::vector<UnitId> GptModel::gather_order(const GptConfig& c, const CheckpointSpec& spec) {
   // Unit ids as declare() assigns them on a fresh engine: embedding 0, blocks 1..L, ln_f L+1.
-  const int L = c.layers;
+  // Backward runs the trainable blocks K..L-1 only (the Checkpointer's layers 0..L-K-1).
+  const int L = c.layers, K = c.frozen_blocks();
   std::vector<UnitId> order{0};
   for (int l = 0; l < L; ++l) order.push_back(1 + l);
   order.push_back(L + 1);  // final LayerNorm
   order.push_back(0);      // the tied head
   order.push_back(L + 1);  // final LayerNorm backward
-  const std::vector<int> starts = segment_starts(L, spec);
+  const std::vector<int> starts = segment_starts(L - K, spec);
   if (spec.policy == CheckpointPolicy::kNone) {
-    for (int l = L - 1; l >= 0; --l) order.push_back(1 + l);
+    for (int l = L - 1; l >= K; --l) order.push_back(1 + l);
   } else {
     for (std::size_t s = starts.size(); s-- > 0;) {
-      const int end = s + 1 < starts.size() ? starts[s + 1] : L;
-      for (int l = starts[s]; l < end; ++l) order.push_back(1 + l);       // recompute
-      for (int l = end - 1; l >= starts[s]; --l) order.push_back(1 + l);  // backward
+      const int end = s + 1 < starts.size() ? starts[s + 1] : L - K;
+      for (int l = starts[s]; l < end; ++l) order.push_back(1 + K + l);       // recompute
+      for (int l = end - 1; l >= starts[s]; --l) order.push_back(1 + K + l);  // backward
     }
   }
   return order;
@@ -747,21 +768,26 @@ std::vector<UnitId> GptModel::gather_order(const GptConfig& c, const CheckpointS
 void GptModel::declare(Engine& e) {
   ZERO_CHECK(!declared_, kInvalidArgument, "GptModel::declare called twice");
   const std::int64_t V = cfg_.vocab, T = cfg_.seq, C = cfg_.dim;
-  first_unit_ = e.add_unit({"embedding", {{"wte", {V, C}}, {"wpe", {T, C}}}});
+  // The first frozen_units units frozen (GptConfig): their parameters trainable = false.
+  auto trains = [&](int unit) { return unit >= cfg_.frozen_units; };
+  first_unit_ =
+      e.add_unit({"embedding", {{"wte", {V, C}, 0, trains(0)}, {"wpe", {T, C}, 0, trains(0)}}});
   for (int l = 0; l < cfg_.layers; ++l) {
-    e.add_unit({"block" + std::to_string(l),
-                {{"ln1_w", {C}},
-                 {"ln1_b", {C}},
-                 {"qkv_w", {3 * C, C}},
-                 {"qkv_b", {3 * C}},
-                 {"proj_w", {C, C}},
-                 {"proj_b", {C}},
-                 {"ln2_w", {C}},
-                 {"ln2_b", {C}},
-                 {"fc_w", {4 * C, C}},
-                 {"fc_b", {4 * C}},
-                 {"fcproj_w", {C, 4 * C}},
-                 {"fcproj_b", {C}}}});
+    UnitSpec block{"block" + std::to_string(l),
+                   {{"ln1_w", {C}},
+                    {"ln1_b", {C}},
+                    {"qkv_w", {3 * C, C}},
+                    {"qkv_b", {3 * C}},
+                    {"proj_w", {C, C}},
+                    {"proj_b", {C}},
+                    {"ln2_w", {C}},
+                    {"ln2_b", {C}},
+                    {"fc_w", {4 * C, C}},
+                    {"fc_b", {4 * C}},
+                    {"fcproj_w", {C, 4 * C}},
+                    {"fcproj_b", {C}}}};
+    for (ParamSpec& p : block.params) p.trainable = trains(1 + l);
+    e.add_unit(std::move(block));
   }
   e.add_unit({"ln_f", {{"lnf_w", {C}}, {"lnf_b", {C}}}});
   declared_ = true;
@@ -958,6 +984,21 @@ struct GptModel::BlockLayers : CheckpointedLayers {
   std::vector<Buffer> inputs;
 };
 
+namespace {
+// Layers first..L-1 of `inner` as layers 0..L-1-first (the trainable blocks, for the
+// Checkpointer).
+struct ShiftedLayers : CheckpointedLayers {
+  ShiftedLayers(CheckpointedLayers& inner, int first) : inner(inner), first(first) {}
+  void forward(int l, const float* in, float* out) override { inner.forward(first + l, in, out); }
+  void backward(int l, const float* grad_out, float* grad_in) override {
+    inner.backward(first + l, grad_out, grad_in);
+  }
+  void drop(int l) override { inner.drop(first + l); }
+  CheckpointedLayers& inner;
+  int first;
+};
+}  // namespace
+
 double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const GradTap& tap) {
   ZERO_CHECK(declared_, kInvalidArgument, "GptModel: declare() the units first");
   check_batch(cfg_, batch, "GptModel");
@@ -1019,11 +1060,24 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   // ---- forward: blocks. Training runs them through the Checkpointer (which keeps what the
   // checkpointing policy keeps); evaluation keeps nothing.
   BlockLayers layers(*this, e, batch, pscratch, gscratch, tap);
+  const int K = cfg_.frozen_blocks();
+  ShiftedLayers trainable(layers, K);  // blocks K..L-1 as the Checkpointer's 0..L-K-1
   std::unique_ptr<Checkpointer> ck;
   resid[static_cast<std::size_t>(L)] = alloc_activations(M * C * f);
   if (backward) {
-    ck = std::make_unique<Checkpointer>(L, M * C, ckpt_, *tracker_);
-    ck->forward(layers, R(0), R(L));
+    // The frozen blocks below the trainable ones keep nothing: no gradient is taken below them.
+    const float* cur = R(0);
+    Buffer tmp;
+    if (K > 0) tmp = alloc_activations(M * C * f);
+    for (int l = 0; l < K; ++l) {
+      float* out = (l % 2 == 0) ? tmp.as<float>() : R(0);
+      layers.forward(l, cur, out);
+      layers.drop(l);
+      cur = out;
+    }
+    ck = std::make_unique<Checkpointer>(L - K, M * C, ckpt_, *tracker_);
+    ck->forward(trainable, cur, R(L));
+    if (K > 0) free_activations(tmp);
   } else {
     Buffer tmp = alloc_activations(M * C * f);
     const float* cur = R(0);
@@ -1082,7 +1136,9 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
     });
     for (float x : row_loss) loss += x;  // in row order: deterministic
     loss /= static_cast<double>(M);
-    if (backward) {
+    if (backward && cfg_.frozen_units > 0) {  // the embedding (and the tied head) frozen
+      matmul(dxf, logits, wte, nullptr, M, C, V);
+    } else if (backward) {
       // wte's first gradient contribution (the head); the lookup's is added in the embedding's
       // backward, into the same grad() buffer, before the unit's one grads_ready().
       const View gv = e.grad(embedding_unit(), 0);
@@ -1122,11 +1178,11 @@ double GptModel::run(Engine& e, const TokenBatch& batch, bool backward, const Gr
   free_activations(lnf_rstd);
   free_activations(resid[static_cast<std::size_t>(L)]);
   // ---- backward: blocks, in reverse (recomputing checkpointed segments)
-  ck->backward(layers, dcur, dnext);
+  ck->backward(trainable, dcur, dnext);
   std::swap(dcur, dnext);
   ck.reset();
   // ---- backward: embedding. A lookup's gradient does not depend on the parameters: no gather.
-  {
+  if (cfg_.frozen_units == 0) {
     const UnitId u = embedding_unit();
     std::optional<TraceScope> region;
     region.emplace(e.tracer(), TraceLane::kTrainer, "backward", u);

@@ -50,11 +50,19 @@ struct GptConfig {
   int layers = 2;  // transformer blocks
   int dim = 64;    // model width C; REQUIRES: a multiple of heads
   int heads = 4;   // attention heads
+  // The first `frozen_units` units in forward order frozen (ParamSpec::trainable = false), as
+  // fine-tuning the top of a pretrained model: 1 the embedding (with the tied head), 1 + k the
+  // embedding and blocks 0..k-1. REQUIRES 0 <= frozen_units <= layers (a block trains). Forward
+  // runs the frozen blocks as evaluation does (nothing kept: nothing below them needs a
+  // gradient) and backward stops at the first trainable block.
+  int frozen_units = 0;
+  int frozen_blocks() const noexcept { return frozen_units > 1 ? frozen_units - 1 : 0; }
 
   // Throws zero::Error(kInvalidArgument) naming the field when a value is out of range.
   void validate() const;
-  // Parameters of the model (wte counted once: the head is tied).
+  // Parameters of the model (wte counted once: the head is tied), and of them the trainable.
   std::size_t num_params() const;
+  std::size_t trainable_params() const;
 };
 
 // `rows` token windows of `seq + 1` tokens each: inputs are tokens [0, seq), targets [1, seq].
@@ -168,9 +176,9 @@ class GptModel {
   std::size_t activation_bytes(int rows, int seq, const CheckpointSpec& spec) const;
   // The persistent workspace (kOther) for batches of up to `rows` x `seq` tokens.
   std::size_t workspace_bytes(int rows, int seq) const;
-  // Gradient buffers open at once: the tied embedding's from the head to the end of backward,
-  // plus the unit being written.
-  static constexpr int kGradsHeld = 2;
+  // Gradient buffers open at once: the tied embedding's from the head to the end of backward
+  // (unless frozen), plus the unit being written.
+  static int grads_held(const GptConfig& config) { return config.frozen_units > 0 ? 1 : 2; }
   // The order in which one training micro-step gathers the units (what stage 3 prefetches by).
   static std::vector<UnitId> gather_order(const GptConfig& config, const CheckpointSpec& spec);
   // The peak of the kActivations bytes this model allocated itself during its last

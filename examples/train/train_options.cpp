@@ -16,6 +16,8 @@ const char* const kUsage = R"(usage: zero-train [flags]
   --ranks N               in-process ranks (default 2); under mpirun/srun/torchrun the processes
   --config FILE           DeepSpeed-style JSON config;  --set key.path=value  one key (repeatable)
   --layers L --dim D --heads H --seq T    the GPT model (default 4, 128, 4, 64)
+  --freeze F              the first F units frozen, as fine-tuning the top of a model: 1 the
+                          embedding (and the tied head), 1 + k also blocks 0..k-1 (default 0)
   --batch B               sequences per rank per micro-step (default: the config's
                           train_micro_batch_size_per_gpu, derived from train_batch_size as
                           DeepSpeed does, else 8); with that key set too, the two must agree

@@ -101,6 +101,18 @@ struct EngineOptions {
     int group = 0;
   };
   std::vector<GroupRange> attach_groups;
+  // Attach mode: element ranges [begin, end) of the flat buffer that are frozen (a pretrained
+  // base, a frozen embedding): the engine reads no gradient there, reduces and steps nothing
+  // there, and keeps no master copy or optimizer state for them. The buffer is cut into units at
+  // the ranges' boundaries (the unit is the granularity of reduce and step: README "Frozen
+  // parameters"), so every boundary but the buffer's end must be a multiple of
+  // attach_granularity(N, alignment): lay the tensors out on that grid, or lower `alignment`.
+  // Overlapping or adjacent ranges merge. A group range over a frozen range is not used there.
+  struct ElementRange {
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+  std::vector<ElementRange> attach_frozen;
 };
 
 // Where one rank's time and bytes went, from the engine's view (StepResult::metrics). A window
@@ -170,6 +182,9 @@ class Engine;
 // Elements a trainer's flat buffers need for attach mode: numel padded to a multiple of
 // world_size x alignment.
 std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment = 32);
+// The grid of attach mode's unit boundaries (EngineOptions::attach_frozen): world_size x
+// alignment elements, the multiple every unit is padded to.
+std::size_t attach_granularity(int world_size, std::size_t alignment = 32);
 
 // A gathered unit: its parameters are whole and valid while the guard lives (stage 3 releases
 // them when it is destroyed; other stages keep them). Move-only.
@@ -215,9 +230,11 @@ class Engine {
   // `dtype` (the config's working dtype) and have room for `capacity` >= attach_capacity(numel,
   // N) elements (the padding is zeroed and stepped). Rank 0's parameters are broadcast at attach.
   // After each step() the gradient buffer's content is unspecified (reduced in place when it
-  // can be: W == R and A == 1; otherwise the engine keeps its own R-typed accumulation); the
-  // trainer zeroes it before the next backward, as before. Stage 2 keeps whole gradients here
-  // (the trainer owns them): its gradient savings need the managed engine.
+  // can be: W == R, A == 1 and nothing frozen; otherwise the engine keeps its own R-typed
+  // accumulation of the trainable elements); the trainer zeroes it before the next backward, as
+  // before. Stage 2 keeps whole gradients here (the trainer owns them): its gradient savings need
+  // the managed engine. Frozen ranges: EngineOptions::attach_frozen (the trainer's gradient
+  // buffer there is never read; the units are named "attached[begin:end]", else one "attached").
   static std::unique_ptr<Engine> attach(Communicator& comm, const Config& config, void* params,
                                         void* grads, std::size_t numel, std::size_t capacity,
                                         DType dtype, EngineOptions options = {});

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,12 @@ struct FormulaBytes {
   double offloaded = 0;
   double total() const { return params + grads + optimizer; }
 };
+// psi_trainable: of psi, the trainable parameters (frozen ones have parameters only: no
+// gradients, master or optimizer state); default all.
 FormulaBytes zero_formula(double psi, int ranks, int stage, double w = 2, double g = 2,
                           double k = 12, bool offload_optimizer = false,
-                          bool offload_params = false);
+                          bool offload_params = false,
+                          std::optional<double> psi_trainable = std::nullopt);
 
 struct PlanInput {
   std::vector<UnitSpec> units;

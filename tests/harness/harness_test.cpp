@@ -160,6 +160,66 @@ TEST(Harness, HybridRowsFollowTheFormulaOfTheirGroup) {
   }
 }
 
+// --freeze 3 (the embedding with the tied head, block0 and block1 of 4 frozen) beside the same
+// model all-trainable, stages 0-3, with the optimizer on the device and on the host: every
+// category as the planner predicts it; stages 1-2's model states on DESIGN.md's formula with
+// gradients and optimizer over the trainable parameters only; the bytes sent per step on the
+// theory (frozen units neither reduced nor gathered after the step); gradients, master and
+// optimizer state lower by the trainable fraction, the parameters not.
+TEST(Harness, FrozenUnitsHoldParametersOnly) {
+  std::map<std::string, nlohmann::json> runs;
+  for (const char* freeze : {"0", "3"}) {
+    const std::string json_path = tmp_path(std::string("freeze") + freeze + ".json");
+    const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
+                            " --ranks 4 --steps 2 --layers 4 --dim 64 --seq 32 --batch 2"
+                            " --checkpoint none --offload none,cpu --freeze " +
+                            freeze + " --json " + json_path);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::ifstream in(json_path);
+    runs[freeze] = nlohmann::json::parse(in);
+  }
+  const nlohmann::json& all = runs["0"];
+  const nlohmann::json& frozen = runs["3"];
+  ASSERT_EQ(frozen.size(), 7u);  // stages 0-3, then 1-3 with the optimizer on the host
+  ASSERT_EQ(all.size(), frozen.size());
+  const double params = frozen[0]["params"].get<double>();
+  const double trainable = frozen[0]["trainable_params"].get<double>();
+  EXPECT_EQ(all[0]["trainable_params"].get<double>(), params);
+  EXPECT_LT(trainable, 0.6 * params);
+  for (std::size_t k = 0; k < frozen.size(); ++k) {
+    const auto& c = frozen[k];
+    const int stage = c["stage"].get<int>();
+    const std::string what =
+        "stage " + std::to_string(stage) + " offload " + c["offload"].get<std::string>();
+    const auto& r0 = c["per_rank"][0];
+    const auto& a0 = all[k]["per_rank"][0];
+    auto cur = [](const nlohmann::json& rank, const char* cat) {
+      double b = 0;
+      for (const auto& [tier, cell] : rank["categories"][cat].items()) {
+        if (tier != "nvme") b += cell["current"].get<double>();
+      }
+      return b;
+    };
+    for (const char* cat :
+         {"params16", "master_params", "gradients", "optimizer_state", "comm_buffers"}) {
+      EXPECT_EQ(cur(r0, cat), c["predicted"][cat].get<double>()) << cat << ", " << what;
+    }
+    if (stage == 1 || stage == 2) {
+      EXPECT_NEAR(r0["model_state"].get<double>() / c["formula"]["total"].get<double>(), 1.0, 0.01)
+          << what;
+    }
+    EXPECT_NEAR(
+        r0["comm_bytes_per_step"].get<double>() / c["comm_theory_bytes_per_step"].get<double>(),
+        1.0, 0.01)
+        << what;
+    EXPECT_EQ(cur(r0, "params16"), cur(a0, "params16")) << what;
+    for (const char* cat : {"master_params", "optimizer_state"}) {
+      EXPECT_NEAR(cur(r0, cat) / cur(a0, cat), trainable / params, 0.02) << cat << ", " << what;
+    }
+    EXPECT_LT(cur(r0, "gradients"), cur(a0, "gradients")) << what;
+  }
+}
+
 // --quantized with --hybrid 2 at 4 ranks: flat stage 3, HSDP and both with qwZ + qgZ side by
 // side; every row's bytes per step (and across groups) on its formula, the int8 rows sending about
 // half of the bf16 ones', their staging in comm_buffers as the planner predicts.
