@@ -94,7 +94,8 @@ std::vector<float> train_attached(Communicator& comm, const Config& cfg, bool fr
     if (frozen && is_base(u)) opts.attach_frozen.push_back({l.offset[u], end});
   }
   auto e = Engine::attach(comm, cfg, params.data(), grads.data(), l.numel, cap, w, opts);
-  for (int step = 0; step < steps; ++step) {
+  // Every step() call a micro-step (gradient_accumulation_steps of them per update).
+  for (int step = 0; step < steps * static_cast<int>(cfg.gradient_accumulation_steps); ++step) {
     const std::vector<float> theta = concat(units, l, params, w);
     const std::vector<float> g = trainer_grad(step, comm.rank(), theta);
     std::fill(grads.begin(), grads.end(), T{});
@@ -117,7 +118,9 @@ std::vector<float> train_managed(Communicator& comm, const Config& cfg, int step
   const std::vector<UnitSpec> units = lora_units(true);
   Engine e(comm, cfg);
   declare(e, units, initial_params(total_params(units)));
-  for (int step = 0; step < steps; ++step) train_step(e, units, step, /*reference=*/false);
+  for (int step = 0; step < steps * static_cast<int>(cfg.gradient_accumulation_steps); ++step) {
+    train_step(e, units, step, /*reference=*/false);
+  }
   return read_all(e, units);
 }
 
@@ -175,6 +178,43 @@ TEST(AttachFrozen, FrozenRangesUnchangedBufferBitwiseTheManagedFrozenRun) {
               runs);
 }
 
+// Accumulation (the engine's own R-typed accumulation of the trainable units) and the
+// optimizer offloaded to host memory and to NVMe: still bitwise the managed frozen run.
+TEST(AttachFrozen, WithAccumulationAndOffloadBitwiseTheManagedRun) {
+  struct Case {
+    int stage, accumulation;
+    OffloadDevice offload;
+  };
+  for (const Case& c : {Case{1, 3, OffloadDevice::kNone}, Case{2, 2, OffloadDevice::kCpu},
+                        Case{1, 1, OffloadDevice::kNvme}, Case{2, 3, OffloadDevice::kNvme}}) {
+    for (int ranks : {2, 3}) {
+      Config cfg = config_for(c.stage, /*bf16=*/true);
+      cfg.gradient_accumulation_steps = c.accumulation;
+      cfg.zero_optimization.offload_optimizer.device = c.offload;
+      cfg.zero_optimization.offload_optimizer.nvme_path = ::testing::TempDir();
+      const std::string what =
+          "stage " + std::to_string(c.stage) + " A=" + std::to_string(c.accumulation) +
+          " offload " + std::to_string(static_cast<int>(c.offload)) + " N=" + std::to_string(ranks);
+      std::vector<float> got, managed;
+      std::mutex mu;
+      ThreadGroup::run(ranks, [&](Communicator& comm) {
+        std::vector<float> a =
+            train_attached<std::uint16_t>(comm, cfg, true, kSteps, [](Engine&) {});
+        std::vector<float> m = train_managed(comm, cfg, kSteps);
+        if (comm.rank() == 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          got = std::move(a);
+          managed = std::move(m);
+        }
+      });
+      ASSERT_EQ(got.size(), managed.size()) << what;
+      std::size_t bad = 0;
+      for (std::size_t j = 0; j < got.size(); ++j) bad += same_bits(got[j], managed[j]) ? 0 : 1;
+      EXPECT_EQ(bad, 0u) << what << ": not bitwise the managed frozen run";
+    }
+  }
+}
+
 std::size_t bytes(const MemoryTracker& t, MemCategory c) {
   return t.current(c) - t.current(c, MemTier::kNvme);
 }
@@ -224,8 +264,7 @@ TEST(AttachFrozen, ReductionAndStateHoldTheTrainableElementsOnly) {
           // The engine's accumulation (W != R here: none only where the trainer's buffer is
           // reduced in place) holds the trainable elements whole, in R = f32: attach mode's
           // stage 2 keeps whole gradients (the trainer owns them).
-          EXPECT_EQ(bytes(t, MemCategory::kGradients) - e.buffer_bytes().in_flight_grads,
-                    elems * 4)
+          EXPECT_EQ(bytes(t, MemCategory::kGradients) - e.buffer_bytes().in_flight_grads, elems * 4)
               << what;
           if (comm.rank() == 0) {
             std::lock_guard<std::mutex> lock(mu);
