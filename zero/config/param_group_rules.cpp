@@ -49,7 +49,7 @@ std::vector<ParamGroupRule> read_param_group_rules(Reader& optimizer) {
     p.get_num("dampening", o.dampening, 0.0, 1.0);
     if (const json* b = p.find("betas")) {
       if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number() ||
-          !((*b)[0].get<double>() >= 0.0 && (*b)[0].get<double>() <= 1.0) ||
+          !((*b)[0].get<double>() >= 0.0 && (*b)[0].get<double>() < 1.0) ||
           !((*b)[1].get<double>() >= 0.0 && (*b)[1].get<double>() < 1.0)) {
         p.fail("betas", *b, "must be two numbers in [0, 1)");
       }
