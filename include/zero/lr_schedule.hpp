@@ -91,15 +91,21 @@ class LrSchedule {
   // WarmupLR, WarmupDecayLR and OneCycle set their absolute lr on every group (their
   // warmup_*_lr / cycle_*_lr keys are given once, not per group).
   double lr(std::int64_t i, double group_lr) const;
-  // Whether lr(i, group_lr) depends on group_lr.
-  bool scales_group_lr() const noexcept {
-    return type_ == LrScheduleType::kConstant || type_ == LrScheduleType::kWarmupCosineLR;
-  }
+  // Whether lr(i, group_lr) depends on group_lr (the same row of lr_schedule.cpp's table of
+  // schedule kinds that lr(i, group_lr) computes by).
+  bool scales_group_lr() const noexcept;
   // OneCycle with cycle_momentum: the beta1 (Adam) / momentum DeepSpeed sets at iteration i;
   // std::nullopt for every other schedule.
   std::optional<double> momentum(std::int64_t i) const;
 
  private:
+  struct Kind;  // a row of the schedule kinds' table (lr_schedule.cpp)
+  const Kind& kind() const noexcept;
+  // The kinds' formulas: a ratio of the group's lr, or the lr itself (Kind::scales_group_lr).
+  double constant_ratio(std::int64_t i) const;
+  double warmup_lr(std::int64_t i) const;
+  double cosine_ratio(std::int64_t i) const;
+  double one_cycle_lr(std::int64_t i) const;
   double warmup_gamma(std::int64_t i) const;
   double one_cycle_fraction(std::int64_t i) const;
 

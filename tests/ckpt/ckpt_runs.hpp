@@ -1,15 +1,18 @@
 // The checkpoint tests' runs: the MLP of the engine tests trained on one global batch split
 // over however many ranks train (so that a run resumed at another world size sees the same
-// samples), the full training state gathered from every rank's shards, and the
-// save-then-resume run against the uninterrupted one. Shared by the in-process and MPI tests.
+// samples), one rank's engine of it (MlpEngine), the full training state gathered from every
+// rank's shards, the run a checkpoint comes from, and the save-then-resume run against the
+// uninterrupted one. Shared by the in-process and MPI tests.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +79,22 @@ inline std::vector<float> train_steps(Engine& e, const Mlp& mlp, int from, int t
   }
   return losses;
 }
+
+// One rank's engine of the MLP (kDims): declared, and initialised from `seed` — 42, the runs'
+// (what a checkpoint saves); another, a fresh engine whose values a load or an import must
+// replace; nullopt, declared only. It is the Engine, so everything that takes one takes it.
+struct MlpEngine : Engine {
+  const Mlp mlp{kDims};
+  MlpEngine(Communicator& comm, const Config& config, std::optional<std::uint64_t> seed)
+      : Engine(comm, config) {
+    mlp.declare(*this);
+    if (seed) mlp.init(*this, *seed);
+  }
+  // Trains steps [from, to) as train_steps.
+  std::vector<float> train(int from, int to, int accumulation = 1) {
+    return train_steps(*this, mlp, from, to, accumulation);
+  }
+};
 
 // The whole training state, per parameter (unpadded): the master and each optimizer state
 // (f32 moments), assembled from every rank's shards. Collective; every rank returns it.
@@ -169,31 +188,41 @@ struct RankRun {
 
 // One rank of the uninterrupted run: init, `steps` steps.
 inline RankRun run_straight(Communicator& comm, const RunSpec& s, int steps) {
-  Engine e(comm, make_config(s));
-  const Mlp mlp(kDims);
-  mlp.declare(e);
-  mlp.init(e, 42);
+  MlpEngine e(comm, make_config(s), 42);
   RankRun r;
-  r.losses = train_steps(e, mlp, 0, steps, s.accumulation);
+  r.losses = e.train(0, steps, s.accumulation);
   r.params = read_params(e);
   r.state = full_state(e);
   return r;
+}
+
+// The run a checkpoint comes from, in s.ranks in-process ranks: init, `steps` steps, saved
+// (synchronously, the Saver's defaults) into `dir` with `trainer` bytes; returns rank 0's losses
+// and its full state and parameters at the save.
+inline RankRun train_and_save(const RunSpec& s, int steps, const std::string& dir,
+                              const std::string& trainer = {}) {
+  return on_ranks<RankRun>(s.ranks, [&](Communicator& comm) {
+    MlpEngine e(comm, make_config(s), 42);
+    RankRun r;
+    r.losses = e.train(0, steps, s.accumulation);
+    ckpt::Saver(e, {.dir = dir}).save(trainer);
+    r.state = full_state(e);
+    r.params = read_params(e);
+    return r;
+  });
 }
 
 // One rank of the first half: init, k steps, save (sync or async) with `trainer` bytes; returns
 // the full state at the save.
 inline FullState run_and_save(Communicator& comm, const RunSpec& s, int k, const std::string& dir,
                               bool async, const std::string& trainer = "data@k") {
-  Engine e(comm, make_config(s));
-  const Mlp mlp(kDims);
-  mlp.declare(e);
-  mlp.init(e, 42);
-  train_steps(e, mlp, 0, k, s.accumulation);
+  MlpEngine e(comm, make_config(s), 42);
+  e.train(0, k, s.accumulation);
   FullState at_save = full_state(e);
   ckpt::Saver saver(e, {.dir = dir, .keep = 2, .async = async});
   saver.save(trainer);
   // Training goes on while an asynchronous save writes: what it writes is the snapshot.
-  train_steps(e, mlp, k, k + 2, s.accumulation);
+  e.train(k, k + 2, s.accumulation);
   saver.wait();
   return at_save;
 }
@@ -206,14 +235,11 @@ struct Resumed {
   ckpt::LoadResult info;
 };
 inline Resumed run_resumed(Communicator& comm, const RunSpec& s, int to, const std::string& dir) {
-  Engine e(comm, make_config(s));
-  const Mlp mlp(kDims);
-  mlp.declare(e);
-  mlp.init(e, 7);
+  MlpEngine e(comm, make_config(s), 7);
   Resumed r;
   r.info = ckpt::load(e, dir);
   r.loaded = full_state(e);
-  r.run.losses = train_steps(e, mlp, static_cast<int>(r.info.steps), to, s.accumulation);
+  r.run.losses = e.train(static_cast<int>(r.info.steps), to, s.accumulation);
   r.run.params = read_params(e);
   r.run.state = full_state(e);
   return r;

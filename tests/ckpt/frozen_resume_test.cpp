@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,38 +26,47 @@ using namespace zero::testing;  // NOLINT: the model's helpers
 
 constexpr int kBefore = 2;
 
+// One rank's engine of the LoRA model (base frozen), its parameters declared with `init` (the
+// model's initial values unless given).
+struct LoraEngine : Engine {
+  const std::vector<UnitSpec> units = lora_units(true);
+  LoraEngine(Communicator& comm, const Config& cfg,
+             std::optional<std::vector<float>> init = std::nullopt)
+      : Engine(comm, cfg) {
+    declare(*this, units, init ? *init : initial_params(total_params(units)));
+  }
+  // Trains steps [from, to).
+  void train(int from, int to) {
+    for (int s = from; s < to; ++s) train_step(*this, units, s, false);
+  }
+};
+
 // Rank 0's parameters after kBefore + after steps: uninterrupted, or saved after kBefore into
 // `dir` by one run and resumed by another at `resume_ranks` with `resume`.
 std::vector<float> uninterrupted(int ranks, const Config& cfg, int after) {
   return on_ranks<std::vector<float>>(ranks, [&](Communicator& comm) {
-    const std::vector<UnitSpec> units = lora_units(true);
-    Engine e(comm, cfg);
-    declare(e, units, initial_params(total_params(units)));
-    for (int s = 0; s < kBefore + after; ++s) train_step(e, units, s, false);
-    return read_all(e, units);
+    LoraEngine e(comm, cfg);
+    e.train(0, kBefore + after);
+    return read_all(e, e.units);
   });
 }
 
 std::vector<float> resumed(int ranks, const Config& cfg, int resume_ranks, const Config& resume,
                            const std::string& dir, int after) {
   ThreadGroup::run(ranks, [&](Communicator& comm) {
-    const std::vector<UnitSpec> units = lora_units(true);
-    Engine e(comm, cfg);
-    declare(e, units, initial_params(total_params(units)));
-    for (int s = 0; s < kBefore; ++s) train_step(e, units, s, false);
+    LoraEngine e(comm, cfg);
+    e.train(0, kBefore);
     ckpt::Saver saver(e, {.dir = dir});
     saver.save();
   });
   return on_ranks<std::vector<float>>(resume_ranks, [&](Communicator& comm) {
-    const std::vector<UnitSpec> units = lora_units(true);
-    Engine e(comm, resume);
-    std::vector<float> elsewhere = initial_params(total_params(units));
+    std::vector<float> elsewhere = initial_params(total_params(lora_units(true)));
     for (float& v : elsewhere) v = 0.25f - v;  // the checkpoint must bring every value back
-    declare(e, units, elsewhere);
+    LoraEngine e(comm, resume, elsewhere);
     const ckpt::LoadResult r = ckpt::load(e, dir);
     EXPECT_EQ(r.steps, kBefore);
-    for (int s = kBefore; s < kBefore + after; ++s) train_step(e, units, s, false);
-    return read_all(e, units);
+    e.train(kBefore, kBefore + after);
+    return read_all(e, e.units);
   });
 }
 

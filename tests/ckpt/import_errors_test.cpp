@@ -37,13 +37,7 @@ void expect_import_error(const std::string& src, ErrorCode code,
                          const ckpt::ImportOptions& o = {}) {
   ThreadGroup::run(2, [&](Communicator& c) {
     Engine e(c, testing::import_config(3, DType::kBF16));
-    for (const UnitSpec& u : testing::import_model()) e.add_unit(u);
-    for (UnitId u = 0; u < e.num_units(); ++u) {
-      for (int i = 0; i < static_cast<int>(e.unit(u).params.size()); ++i) {
-        std::vector<float> v(e.unit(u).params[static_cast<std::size_t>(i)].numel(), 7.0f);
-        e.set_param(u, i, v.data(), v.size());
-      }
-    }
+    testing::add_units(e, testing::import_model(), 7.0f);
     for (const std::string& needle : needles) {
       testing::expect_error([&] { ckpt::import_safetensors(e, src, o); }, code, needle);
     }
@@ -81,7 +75,7 @@ TEST_F(ImportErrors, ExtraTensorIsAnErrorUnlessAllowed) {
                       {"tensor 'lm_head.bias'", "used by no parameter", "allow_unused"});
   ThreadGroup::run(2, [&](Communicator& c) {
     Engine e(c, testing::import_config(1, DType::kF32));
-    for (const UnitSpec& u : testing::import_model()) e.add_unit(u);
+    testing::add_units(e);
     ckpt::ImportOptions o;
     o.allow_unused = true;
     EXPECT_EQ(ckpt::import_safetensors(e, path("x.safetensors"), o).unused, 1u);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,20 @@ inline std::vector<UnitSpec> import_model() {
           {"block0", {{"w", {6, 11}}, {"b", {11}}, {"norm", {6}}}},
           {"block1", {{"w", {11, 6}}, {"b", {6}}}},
           {"head", {{"weight", {6, 5}}}}};
+}
+
+// Adds `units` (the import model unless given) to a fresh engine and, with `fill`, sets every
+// parameter to it: values an import must replace, or a failed one keep.
+inline void add_units(Engine& e, const std::vector<UnitSpec>& units = import_model(),
+                      std::optional<float> fill = std::nullopt) {
+  for (const UnitSpec& u : units) e.add_unit(u);
+  if (!fill) return;
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    for (int i = 0; i < static_cast<int>(e.unit(u).params.size()); ++i) {
+      std::vector<float> v(e.unit(u).params[static_cast<std::size_t>(i)].numel(), *fill);
+      e.set_param(u, i, v.data(), v.size());
+    }
+  }
 }
 
 // [[name, shape], ...] for tests/ckpt/write_safetensors.py.

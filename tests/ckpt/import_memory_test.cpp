@@ -68,7 +68,7 @@ TEST(ImportMemory, Child) {
   std::size_t before = 0, peak = 0;
   ThreadGroup::run(n, [&](Communicator& c) {
     Engine e(c, cfg);
-    for (const UnitSpec& u : big_model()) e.add_unit(u);
+    testing::add_units(e, big_model());
     (void)e.unit_step_numel(0);  // laid out
     engine_bytes[static_cast<std::size_t>(c.rank())] = e.memory_report().memory.current;
     c.barrier();

@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
+#include <optional>
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/import_files.hpp"
@@ -45,14 +45,7 @@ void check_import(const std::string& src, const Tensors& file, int n, int stage,
   const Config cfg = testing::import_config(stage, w);
   ThreadGroup::run(n, [&](Communicator& c) {
     Engine e(c, cfg);
-    for (const UnitSpec& u : units) e.add_unit(u);
-    for (UnitId u = 0; u < e.num_units(); ++u) {
-      for (int i = 0; i < static_cast<int>(units[static_cast<std::size_t>(u)].params.size()); ++i) {
-        std::vector<float> v(
-            units[static_cast<std::size_t>(u)].params[static_cast<std::size_t>(i)].numel(), 7.0f);
-        e.set_param(u, i, v.data(), v.size());
-      }
-    }
+    testing::add_units(e, units, 7.0f);
     const ckpt::ImportResult r = ckpt::import_safetensors(e, src);
     EXPECT_EQ(r.imported, 7u) << what;
     EXPECT_EQ(r.unused, 0u) << what;
@@ -135,7 +128,7 @@ TEST_F(ImportPython, RenamePrefixesAndFunctionAndUnusedTensors) {
   const Config cfg = testing::import_config(3, DType::kBF16);
   ThreadGroup::run(2, [&](Communicator& c) {
     Engine e(c, cfg);
-    for (const UnitSpec& u : renamed) e.add_unit(u);
+    testing::add_units(e, renamed);
     ckpt::ImportOptions o;
     o.rename_prefixes = {{"enc.", "embed."}, {"blk0.", "block0."}};
     EXPECT_EQ(ckpt::import_safetensors(e, f32, o).imported, 7u);
@@ -146,7 +139,7 @@ TEST_F(ImportPython, RenamePrefixesAndFunctionAndUnusedTensors) {
   // head.weight is unused: an error naming it, unless allowed.
   ThreadGroup::run(3, [&](Communicator& c) {
     Engine e(c, cfg);
-    for (const UnitSpec& u : units) e.add_unit(u);
+    testing::add_units(e, units);
     std::vector<float> keep(30, 0.5f);
     e.set_param(3, 0, keep.data(), keep.size());
     ckpt::ImportOptions o;
@@ -168,38 +161,21 @@ TEST_F(ImportPython, RenamePrefixesAndFunctionAndUnusedTensors) {
 TEST(ImportConsolidated, AtAnotherWorldSizeBitwise) {
   testing::TempDir root("import-consolidated");
   const testing::RunSpec s{.stage = 2, .ranks = 2, .dtype = DType::kBF16};
-  testing::FullState saved;
-  Tensors saved_params;
-  std::mutex mu;
-  ThreadGroup::run(2, [&](Communicator& c) {
-    Engine e(c, testing::make_config(s));
-    const testing::Mlp mlp(testing::kDims);
-    mlp.declare(e);
-    mlp.init(e, 42);
-    testing::train_steps(e, mlp, 0, 4, 1);
-    ckpt::Saver(e, {.dir = root.str()}).save();
-    testing::FullState st = testing::full_state(e);
-    Tensors p = testing::read_params(e);
-    std::lock_guard<std::mutex> lock(mu);
-    saved = std::move(st);
-    saved_params = std::move(p);
-  });
-  const testing::Mlp mlp(testing::kDims);
+  const testing::RankRun saved = testing::train_and_save(s, 4, root.str());
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const std::string file = root.str() + "/model-" + std::string(to_string(dt)) + ".safetensors";
     ckpt::consolidate(root.str(), file, dt);
-    const Tensors& want_master = dt == DType::kF32 ? saved.master : saved_params;
+    const Tensors& want_master = dt == DType::kF32 ? saved.state.master : saved.params;
     for (const auto& [n, stage] : {std::pair{1, 0}, {3, 3}, {4, 1}}) {
       testing::RunSpec t = s;
       t.ranks = n;
       t.stage = stage;
       ThreadGroup::run(n, [&](Communicator& c) {
-        Engine e(c, testing::make_config(t));
-        mlp.declare(e);
+        testing::MlpEngine e(c, testing::make_config(t), std::nullopt);
         ckpt::import_safetensors(e, file);
         EXPECT_TRUE(testing::bitwise_equal(testing::full_state(e).master, want_master))
             << to_string(dt) << " N = " << n;
-        EXPECT_TRUE(testing::bitwise_equal(testing::read_params(e), saved_params))
+        EXPECT_TRUE(testing::bitwise_equal(testing::read_params(e), saved.params))
             << to_string(dt) << " N = " << n;
       });
     }
@@ -220,13 +196,12 @@ TEST(ImportConsolidated, AtAnotherWorldSizeBitwise) {
   testing::RunSpec t = s;
   t.ranks = 3;
   ThreadGroup::run(3, [&](Communicator& c) {
-    Engine e(c, testing::make_config(t));
-    mlp.declare(e);
+    testing::MlpEngine e(c, testing::make_config(t), std::nullopt);
     const ckpt::LoadResult lr = ckpt::load(e, out);
     EXPECT_EQ(lr.steps, 0);
     EXPECT_EQ(lr.saved_world_size, 3);
     const testing::FullState st = testing::full_state(e);
-    EXPECT_TRUE(testing::bitwise_equal(st.master, saved.master));
+    EXPECT_TRUE(testing::bitwise_equal(st.master, saved.state.master));
     for (const Tensors& k : st.states) EXPECT_TRUE(all_zero(k));
   });
 }

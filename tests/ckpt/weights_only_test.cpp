@@ -3,7 +3,7 @@
 // bitwise the checkpoint's, the optimizer state fresh (zero), the step counter 0.
 #include <gtest/gtest.h>
 
-#include <mutex>
+#include <optional>
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/import_files.hpp"
@@ -12,52 +12,29 @@
 namespace zero {
 namespace {
 
-using testing::Tensors;
-
 TEST(WeightsOnly, AdamWStage2N4IntoLionStage3N3) {
   testing::TempDir root("weights-only");
   const testing::RunSpec s{.stage = 2, .ranks = 4, .dtype = DType::kBF16};
-  testing::FullState saved;
-  Tensors saved_params;
-  std::mutex mu;
-  ThreadGroup::run(4, [&](Communicator& c) {
-    Engine e(c, testing::make_config(s));
-    const testing::Mlp mlp(testing::kDims);
-    mlp.declare(e);
-    mlp.init(e, 42);
-    testing::train_steps(e, mlp, 0, 5, 1);
-    ckpt::Saver(e, {.dir = root.str()}).save("data@5");
-    testing::FullState st = testing::full_state(e);
-    Tensors p = testing::read_params(e);
-    if (c.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      saved = std::move(st);
-      saved_params = std::move(p);
-    }
-  });
-  ASSERT_EQ(saved.steps, 5);
+  const testing::RankRun saved = testing::train_and_save(s, 5, root.str(), "data@5");
+  ASSERT_EQ(saved.state.steps, 5);
   const Config lion = testing::import_config(3, DType::kBF16, "Lion");
   ASSERT_EQ(lion.optimizer.type, "Lion");
   ThreadGroup::run(3, [&](Communicator& c) {
-    const testing::Mlp mlp(testing::kDims);
     {
       // A full load refuses another optimizer, naming both.
-      Engine e(c, lion);
-      mlp.declare(e);
+      testing::MlpEngine e(c, lion, std::nullopt);
       testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kConfig,
                             "the checkpoint's optimizer is AdamW, the engine's Lion");
     }
-    Engine e(c, lion);
-    mlp.declare(e);
-    mlp.init(e, 7);
+    testing::MlpEngine e(c, lion, 7);
     const ckpt::LoadResult r = ckpt::load(e, root.str(), {.weights_only = true});
     EXPECT_EQ(r.steps, 0);
     EXPECT_EQ(r.saved_world_size, 4);
     EXPECT_EQ(r.saved_stage, 2);
     EXPECT_TRUE(r.trainer_state.empty());
     const testing::FullState st = testing::full_state(e);
-    EXPECT_TRUE(testing::bitwise_equal(st.master, saved.master)) << "masters";
-    EXPECT_TRUE(testing::bitwise_equal(testing::read_params(e), saved_params)) << "parameters";
+    EXPECT_TRUE(testing::bitwise_equal(st.master, saved.state.master)) << "masters";
+    EXPECT_TRUE(testing::bitwise_equal(testing::read_params(e), saved.params)) << "parameters";
     ASSERT_EQ(st.states.size(), 1u) << "Lion keeps one state";
     for (const auto& v : st.states[0]) {
       for (float x : v) ASSERT_EQ(f32_bits(x), 0u) << "Lion's momentum is not fresh";
@@ -65,7 +42,7 @@ TEST(WeightsOnly, AdamWStage2N4IntoLionStage3N3) {
     EXPECT_EQ(e.training_state().steps, 0);
     EXPECT_EQ(e.training_state().skipped, 0);
     // And it trains from there: the first step is step 1.
-    EXPECT_EQ(testing::train_steps(e, mlp, 0, 1, 1).size(), 1u);
+    EXPECT_EQ(e.train(0, 1).size(), 1u);
     EXPECT_EQ(e.training_state().steps, 1);
   });
 }

@@ -55,6 +55,11 @@ std::map<std::string, json> asked_keys() {
     }
   }
   probes.push_back({{"zero_optimization", {{"stage", 3}}}, {"bfloat16", {{"enabled", false}}}});
+  // The param_groups rules are read through readers over the array's elements, which ask for
+  // no rows of their own ("optimizer.param_groups[0].name"): the table's row is the array's.
+  probes.push_back(
+      {{"optimizer", {{"param_groups", json::parse(R"([{"name": "g", "match": {"max_dims": 1},
+                                                       "params": {"lr": 0.1}}])")}}}});
   std::map<std::string, json> out;
   for (const json& doc : probes) {
     std::set<std::string> asked;

@@ -329,6 +329,13 @@ TEST(EngineParamGroups, TheConfigsRulesAreTheGroupsDeclaredInCode) {
       ErrorCode::kConfig, "optimizer.param_groups[0].params.lrr");
   testing::expect_error([] { parse_config(R"({"optimizer": {"param_groups": [{"name": "x"}]}})"); },
                         ErrorCode::kConfig, "optimizer.param_groups[0].match");
+  // beta1 = 1 would divide by a zero bias correction: refused as the optimizer block refuses it.
+  testing::expect_error(
+      [] {
+        parse_config(
+            R"({"optimizer": {"param_groups": [{"name": "x", "match": {"max_dims": 1}, "params": {"betas": [1.0, 0.99]}}]}})");
+      },
+      ErrorCode::kConfig, "optimizer.param_groups[0].params.betas");
 }
 
 // The groups matter: without them the same run ends elsewhere (the test above cannot pass by

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <string>
 
@@ -115,6 +116,32 @@ TEST(LrSchedule, OneCycle) {
   const LrSchedule n = LrSchedule::from_config(nodecay, 1.0);
   EXPECT_NEAR(n.lr(1000), 0.1, kTol);
   EXPECT_FALSE(n.momentum(3).has_value());
+}
+
+// scales_group_lr() says what lr(i, group_lr) does with the group's lr: the constant schedule and
+// WarmupCosineLR scale it (twice the group's lr, twice the lr), the others set one lr on every
+// group.
+TEST(LrSchedule, ScalesGroupLrIsWhatLrDoesWithTheGroupsLr) {
+  for (const char* type : {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle"}) {
+    SchedulerConfig c;
+    c.type = type;
+    c.warmup_num_steps = 4;
+    c.total_num_steps = 20;
+    c.cycle_min_lr = 0.01;
+    c.cycle_max_lr = 0.1;
+    c.cycle_first_step_size = 5;
+    const LrSchedule s = LrSchedule::from_config(c, 0.5);
+    const bool scales = c.type.empty() || c.type == "WarmupCosineLR";
+    EXPECT_EQ(s.scales_group_lr(), scales) << to_string(s.type());
+    for (std::int64_t i : {-1, 0, 2, 7, 19, 40}) {
+      EXPECT_EQ(s.lr(i, 0.5), s.lr(i)) << to_string(s.type()) << " i=" << i;
+      if (s.scales_group_lr()) {
+        EXPECT_EQ(s.lr(i, 1.0), 2.0 * s.lr(i, 0.5)) << to_string(s.type()) << " i=" << i;
+      } else {
+        EXPECT_EQ(s.lr(i, 1.0), s.lr(i, 0.5)) << to_string(s.type()) << " i=" << i;
+      }
+    }
+  }
 }
 
 TEST(LrSchedule, BadConfigNamesTheKey) {

@@ -1,17 +1,14 @@
 // Config reading: the merged JSON document read into the structs and validated in one place
-// (Reader), so every error names the full key path and the offending value. The sources are
-// zero/config/config_builder.cpp's.
+// (detail::Reader, zero/config/config_reader.cpp), so every error names the full key path and the
+// offending value. The sources are zero/config/config_builder.cpp's.
 #include "zero/config.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <span>
-#include <sstream>
+#include <string>
 
-#include "zero/config/config_keys.hpp"
 #include "zero/config/config_reader.hpp"
 #include "zero/config/stage_policy.hpp"
 #include "zero/error.hpp"
@@ -23,203 +20,7 @@ using nlohmann::json;
 
 namespace {
 
-// ---- the reader: typed access to one JSON object, tracking which keys were consumed
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// A value as a message quotes it: JSON, truncated (the document is depth-bounded, so dump()
-// cannot recurse far; `replace` keeps it from throwing on a string that is not UTF-8).
-std::string show(const json& v) {
-  return detail::printable(v.dump(-1, ' ', false, json::error_handler_t::replace));
-}
-
-// What one read_config shares among its readers: the keys asked for (detail::accepted_keys) and
-// the keys already named, so each is named once per read.
-struct ReadContext {
-  std::set<std::string>* asked = nullptr;
-  std::set<std::string> noted;
-  // Logs `message` at warn level, the first time only for `path`.
-  void note(const std::string& path, const std::string& message) {
-    if (noted.insert(path).second) ZERO_LOG(kWarn, "config key '", path, "' ", message);
-  }
-};
-
-class Reader {
- public:
-  Reader(const json* obj, std::string path, ReadContext* ctx)
-      : obj_(obj), path_(std::move(path)), ctx_(ctx) {
-    if (obj_ != nullptr && !obj_->is_object()) {
-      ZERO_THROW(kConfig, "config key '", path_, "' = ", show(*obj_), ": must be an object");
-    }
-  }
-
-  std::string key_path(std::string_view key) const {
-    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
-  }
-
-  // Returns the value for key, or nullptr when absent (null counts as absent: DeepSpeed's
-  // "not set").
-  // A key given with a value that does nothing here is named once, at warn level, with what
-  // DeepSpeed would do (its row in detail::config_keys()).
-  // `leaf`: a key with a value (recorded in `asked`), not a block read through sub().
-  const json* find(std::string_view key, bool leaf = true) {
-    known_.insert(std::string(key));
-    if (leaf && ctx_->asked != nullptr) ctx_->asked->insert(key_path(key));
-    if (obj_ == nullptr) return nullptr;
-    auto it = obj_->find(std::string(key));
-    if (it == obj_->end() || it->is_null()) return nullptr;
-    if (it->is_string() && it->get<std::string>() == "auto") {
-      ZERO_THROW(kConfig, "config key '", key_path(key),
-                 "' = \"auto\": 'auto' is filled in by the HuggingFace integration; give a value");
-    }
-    const std::string path = key_path(key);
-    if (const detail::ConfigKey* row = detail::find_config_key(path);
-        row != nullptr && row->handling == detail::KeyHandling::kNoEffect &&
-        !detail::is_quiet(*row, *it)) {
-      ctx_->note(path, "= " + show(*it) + " has no effect here: " + std::string(row->meaning));
-    }
-    return &*it;
-  }
-  bool has(std::string_view key) { return find(key) != nullptr; }
-  // Whether the key is set, without taking it as read (finish() still reports it if unread).
-  bool present(std::string_view key) const {
-    if (obj_ == nullptr) return false;
-    auto it = obj_->find(std::string(key));
-    return it != obj_->end() && !it->is_null();
-  }
-  // Names `key` once (warn level) with `message` when it is given.
-  void note(std::string_view key, const std::string& message) {
-    if (find(key) != nullptr) ctx_->note(key_path(key), message);
-  }
-  // A key accepted for DeepSpeed compatibility that has no effect here: find() names it.
-  void ignore(std::string_view key) { (void)find(key); }
-
-  void get(std::string_view key, bool& out) {
-    if (const json* v = find(key)) {
-      if (!v->is_boolean()) fail(key, *v, "must be true or false");
-      out = v->get<bool>();
-    }
-  }
-  void get(std::string_view key, std::string& out, std::span<const std::string_view> allowed = {}) {
-    if (const json* v = find(key)) {
-      if (!v->is_string()) fail(key, *v, "must be a string");
-      std::string s = v->get<std::string>();
-      if (allowed.size() != 0) {
-        bool ok = false;
-        std::string list;
-        for (std::string_view a : allowed) {
-          ok = ok || s == a;
-          if (!list.empty()) list += ", ";
-          list += a;
-        }
-        if (!ok) fail(key, *v, "must be one of " + list);
-      }
-      out = std::move(s);
-    }
-  }
-  void get(std::string_view key, std::string& out,
-           std::initializer_list<std::string_view> allowed) {
-    get(key, out, std::span<const std::string_view>(allowed.begin(), allowed.size()));
-  }
-  // Integers: JSON integers or integral floats (DeepSpeed files write 5e8), within [lo, hi].
-  template <typename Int>
-  void get_int(std::string_view key, Int& out, std::int64_t lo, std::int64_t hi) {
-    if (const json* v = find(key)) {
-      if (!v->is_number()) fail(key, *v, "must be an integer");
-      std::int64_t x = 0;
-      if (v->is_number_float()) {
-        const double d = v->get<double>();
-        if (!std::isfinite(d) || d != std::floor(d)) fail(key, *v, "must be an integer");
-        // 2^63 is the first double past INT64_MAX; a JSON integer past 2^64 arrives as a double.
-        if (std::fabs(d) >= 9.2233720368547758e18) fail(key, *v, range(lo, hi));
-        x = static_cast<std::int64_t>(d);
-      } else if (v->is_number_unsigned() &&
-                 v->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
-        fail(key, *v, range(lo, hi));
-      } else {
-        x = v->get<std::int64_t>();
-      }
-      if (x < lo || x > hi) fail(key, *v, range(lo, hi));
-      out = static_cast<Int>(x);
-    }
-  }
-  void get_num(std::string_view key, double& out, double lo, double hi, bool lo_open = false) {
-    if (const json* v = find(key)) {
-      if (!v->is_number()) fail(key, *v, "must be a number");
-      const double x = v->get<double>();
-      if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
-        std::ostringstream os;
-        os << "must be in " << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
-        fail(key, *v, os.str());
-      }
-      out = x == 0.0 ? 0.0 : x;  // -0 reads as 0
-    }
-  }
-
-  Reader sub(std::string_view key) { return Reader(find(key, false), key_path(key), ctx_); }
-  bool has_block(std::string_view key) { return find(key, false) != nullptr; }
-
-  [[noreturn]] void fail(std::string_view key, const json& v, const std::string& why) const {
-    ZERO_THROW(kConfig, "config key '", key_path(key), "' = ", show(v), ": ", why);
-  }
-  [[noreturn]] void fail_msg(std::string_view key, const std::string& why) const {
-    ZERO_THROW(kConfig, "config key '", key_path(key), "': ", why);
-  }
-
-  // Every key present must have been asked for: an unknown key is an error with a suggestion.
-  void finish() const {
-    if (obj_ == nullptr) return;
-    for (auto it = obj_->begin(); it != obj_->end(); ++it) {
-      if (known_.count(it.key()) != 0) continue;
-      // The distance is at least the difference in length: only keys within 3 bytes of a known
-      // one are compared, so a hostile key costs O(its length), not O(length x known keys).
-      std::string best;
-      std::size_t best_d = 4;
-      const std::string& unknown = it.key();
-      for (const std::string& k : known_) {
-        const std::size_t gap =
-            unknown.size() > k.size() ? unknown.size() - k.size() : k.size() - unknown.size();
-        if (gap >= best_d) continue;
-        const std::size_t d = edit_distance(unknown, k);
-        if (d < best_d) {
-          best_d = d;
-          best = k;
-        }
-      }
-      ZERO_THROW(kConfig, "config key '", detail::printable(key_path(unknown), 160),
-                 "' is not known",
-                 best.empty() ? std::string() : " (did you mean '" + key_path(best) + "'?)");
-    }
-  }
-
- private:
-  static std::string range(std::int64_t lo, std::int64_t hi) {
-    std::ostringstream os;
-    os << "must be an integer in [" << lo << ", ";
-    if (hi == INT64_MAX) {
-      os << "inf)";
-    } else {
-      os << hi << "]";
-    }
-    return os.str();
-  }
-
-  const json* obj_;
-  std::string path_;
-  ReadContext* ctx_;
-  std::set<std::string> known_;
-};
+using detail::Reader;
 
 constexpr std::int64_t kMax = INT64_MAX;
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -393,9 +194,7 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
     }
   }
   p.finish();
-  if (const json* g = r.find("param_groups")) {
-    o.param_groups = detail::read_param_group_rules(*g, "optimizer.param_groups");
-  }
+  o.param_groups = detail::read_param_group_rules(r);
   r.finish();
 }
 
@@ -513,7 +312,7 @@ namespace detail {
 
 Config read_config(const json& doc, std::set<std::string>* asked) {
   Config c;
-  ReadContext ctx;
+  detail::ReadContext ctx;
   ctx.asked = asked;
   Reader r(&doc, "", &ctx);
   r.get_int("train_batch_size", c.train_batch_size, 1, kMax);

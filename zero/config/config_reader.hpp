@@ -1,18 +1,23 @@
 // zero/config/config_reader.hpp — the one place a merged config document becomes a Config: every
 // key read with its type and range, unknown keys refused with a suggestion, contradictions named
-// (zero/config/config.cpp). The sources that build the document (file, environment, --set,
-// arguments) are zero/config/config_builder.cpp's; the bounds below are what both sides enforce.
+// (zero/config/config.cpp, through the Reader below; zero/config/config_reader.cpp). The sources
+// that build the document (file, environment, --set, arguments) are
+// zero/config/config_builder.cpp's; the bounds below are what both sides enforce.
 //
-// Thread safety: pure functions.
+// Thread safety: pure functions; a Reader and its ReadContext belong to one read_config call.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "zero/config.hpp"
 
@@ -48,10 +53,104 @@ inline constexpr std::array<std::string_view, 4> kSchedulerTypes = {"WarmupLR", 
 // derives the accepted keys from it).
 Config read_config(const nlohmann::json& doc, std::set<std::string>* asked = nullptr);
 
-// optimizer.param_groups (zero/config/param_group_rules.cpp): the rules of `value`, validated
-// (kConfig naming "<path>[i].<key>"), and their JSON as the reader takes it.
-std::vector<ParamGroupRule> read_param_group_rules(const nlohmann::json& value,
-                                                   const std::string& path);
+// ---- the reader: typed access to one JSON object of the document, tracking the keys it read
+
+// What one read_config shares among its readers: the keys asked for (detail::accepted_keys) and
+// the keys already named, so each is named once per read.
+struct ReadContext {
+  std::set<std::string>* asked = nullptr;
+  std::set<std::string> noted;
+  // Logs `message` at warn level, the first time only for `path`.
+  void note(const std::string& path, const std::string& message);
+};
+
+// Every error is zero::Error(kConfig) naming the key's full path ("optimizer.params.lr",
+// "optimizer.param_groups[0].match.max_dims") and the value.
+class Reader {
+ public:
+  // `obj` null: the block is absent (every key reads as not given); otherwise it must be an
+  // object. `path` is the block's key path ("" for the document).
+  Reader(const nlohmann::json* obj, std::string path, ReadContext* ctx);
+
+  std::string key_path(std::string_view key) const;
+
+  // Returns the value for key, or nullptr when absent (null counts as absent: DeepSpeed's
+  // "not set").
+  // A key given with a value that does nothing here is named once, at warn level, with what
+  // DeepSpeed would do (its row in detail::config_keys()).
+  // `leaf`: a key with a value (recorded in `asked`), not a block read through sub().
+  const nlohmann::json* find(std::string_view key, bool leaf = true);
+  bool has(std::string_view key) { return find(key) != nullptr; }
+  // Whether the key is set, without taking it as read (finish() still reports it if unread).
+  bool present(std::string_view key) const;
+  // Names `key` once (warn level) with `message` when it is given.
+  void note(std::string_view key, const std::string& message);
+  // A key accepted for DeepSpeed compatibility that has no effect here: find() names it.
+  void ignore(std::string_view key) { (void)find(key); }
+
+  void get(std::string_view key, bool& out) {
+    if (const std::optional<bool> b = read_bool(key)) out = *b;
+  }
+  void get(std::string_view key, std::optional<bool>& out) {
+    if (const std::optional<bool> b = read_bool(key)) out = b;
+  }
+  void get(std::string_view key, std::string& out, std::span<const std::string_view> allowed = {});
+  void get(std::string_view key, std::string& out,
+           std::initializer_list<std::string_view> allowed) {
+    get(key, out, std::span<const std::string_view>(allowed.begin(), allowed.size()));
+  }
+  // An array of non-empty strings.
+  void get(std::string_view key, std::vector<std::string>& out);
+  // Integers: JSON integers or integral floats (DeepSpeed files write 5e8), within [lo, hi].
+  template <typename Int>
+  void get_int(std::string_view key, Int& out, std::int64_t lo, std::int64_t hi) {
+    if (const std::optional<std::int64_t> x = read_int(key, lo, hi)) out = static_cast<Int>(*x);
+  }
+  // Finite numbers within [lo, hi] ((lo, hi] with `lo_open`); -0 reads as 0.
+  void get_num(std::string_view key, double& out, double lo, double hi, bool lo_open = false) {
+    if (const std::optional<double> x = read_num(key, lo, hi, lo_open)) out = *x;
+  }
+  void get_num(std::string_view key, std::optional<double>& out, double lo, double hi,
+               bool lo_open = false) {
+    if (const std::optional<double> x = read_num(key, lo, hi, lo_open)) out = x;
+  }
+
+  Reader sub(std::string_view key) {
+    return Reader(find(key, false), key_path(key), ctx_, record_);
+  }
+  bool has_block(std::string_view key) { return find(key, false) != nullptr; }
+
+  // The length of the array at `key` (0 when absent); `why` is the error when it is not an array.
+  std::size_t array_size(std::string_view key, const std::string& why);
+  // Element i of the array at `key` (REQUIRES: i < array_size(key)), path "<key>[i]"; `why` is
+  // the error when it is not an object. Its keys, and those of its blocks, are not recorded in
+  // `asked`: the key table has a row for the array, not for "<key>[0].name".
+  Reader element(std::string_view key, std::size_t i, const std::string& why);
+
+  [[noreturn]] void fail(std::string_view key, const nlohmann::json& v,
+                         const std::string& why) const;
+  [[noreturn]] void fail_msg(std::string_view key, const std::string& why) const;
+
+  // Every key present must have been asked for: an unknown key is an error with a suggestion.
+  void finish() const;
+
+ private:
+  Reader(const nlohmann::json* obj, std::string path, ReadContext* ctx, bool record);
+  std::optional<bool> read_bool(std::string_view key);
+  std::optional<std::int64_t> read_int(std::string_view key, std::int64_t lo, std::int64_t hi);
+  std::optional<double> read_num(std::string_view key, double lo, double hi, bool lo_open);
+
+  const nlohmann::json* obj_;
+  std::string path_;
+  ReadContext* ctx_;
+  bool record_ = true;  // record the keys read in ctx_->asked
+  std::set<std::string> known_;
+};
+
+// optimizer.param_groups (zero/config/param_group_rules.cpp): the rules of the optimizer block
+// `optimizer` reads, validated (kConfig naming "optimizer.param_groups[i].<key>"), and their
+// JSON as the reader takes it.
+std::vector<ParamGroupRule> read_param_group_rules(Reader& optimizer);
 nlohmann::json param_group_rules_json(const std::vector<ParamGroupRule>& rules);
 
 }  // namespace zero::detail
