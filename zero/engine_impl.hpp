@@ -153,6 +153,9 @@ struct Engine::Impl final : detail::ShardAccess {
   // Resolves EngineOptions::param_groups over the optimizer's options (names unique), and
   // attach mode's ranges into the placement input.
   void make_groups();
+  // EngineOptions::check_fit: the planned bytes against the budget (zero/fit.cpp's rule,
+  // zero/param_groups.cpp's neighbour: engine_fit.cpp).
+  void check_fit(const detail::Placement& planned) const;
   // Attach mode: the units tiling the trainer's buffer of `numel` elements (zero/attach.cpp),
   // and attach_groups' spans cut per unit.
   void attach_units(std::size_t numel);
@@ -185,7 +188,9 @@ struct Engine::Impl final : detail::ShardAccess {
     detail::PlacementInput in = input;
     in.units = specs;
     assign_rule_groups(in.units);
-    placement.emplace(detail::make_placement(std::move(in)));
+    detail::Placement planned = detail::make_placement(std::move(in));
+    if (opts.check_fit) check_fit(planned);  // before the engine holds or allocates anything
+    placement.emplace(std::move(planned));
     const detail::Placement& p = *placement;
     if (ownership == detail::Ownership::kAttached) {
       const std::size_t numel = trainer_numel, need = p.layout.total_padded;
@@ -197,13 +202,24 @@ struct Engine::Impl final : detail::ShardAccess {
       // The padding must be zero (it is stepped and gathered like the rest).
       dev->fill(trainer_params + numel * dtype_size(w), 0, (need - numel) * dtype_size(w));
     }
-    gatherer = std::make_unique<detail::ParamGatherer>(
-        p, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
-    reducer = std::make_unique<detail::GradReducer>(
-        p, comm, *dev, host_optimizer, *tracker, trainer_grads, observer(), groups.replicas.get(),
-        /*all_reduce=*/!cfg.zero_optimization.reduce_scatter);
-    optimizer =
-        detail::make_shard_optimizer(p, *dev, host_optimizer, oparams, *tracker, *this, observer());
+    try {
+      gatherer = std::make_unique<detail::ParamGatherer>(
+          p, comm, *dev, *tracker, *opts.poison_released, trainer_params, observer());
+      reducer = std::make_unique<detail::GradReducer>(
+          p, comm, *dev, host_optimizer, *tracker, trainer_grads, observer(), groups.replicas.get(),
+          /*all_reduce=*/!cfg.zero_optimization.reduce_scatter);
+      optimizer = detail::make_shard_optimizer(p, *dev, host_optimizer, oparams, *tracker, *this,
+                                               observer());
+    } catch (...) {
+      // A room that could not be made (an allocation past the budget, a swap file that cannot
+      // be written): the engine is as before lay-out, so a later call fails the same way again
+      // instead of reaching a room that is not there.
+      optimizer.reset();
+      reducer.reset();
+      gatherer.reset();
+      placement.reset();
+      throw;
+    }
   }
 
   // ---- detail::ShardAccess: what the optimizer reads and writes of the other rooms

@@ -60,14 +60,20 @@ PlanResult plan_engine_memory(const PlanInput& in) {
       in.config, in.units, detail::shard_width(in.config, in.ranks),
       /*rank=*/0, in.alignment, detail::Ownership::kManaged, /*host_accessible=*/true,
       in.ranks / detail::shard_width(in.config, in.ranks)));
+  return detail::plan_of(p, in.gather_order, in.grads_held);
+}
+
+namespace detail {
+
+PlanResult plan_of(const Placement& p, const std::vector<UnitId>& gather_order, int grads_held) {
   PlanResult out;
   for (std::size_t u = 0; u < p.num_units(); ++u) {
     const detail::UnitLayout& ul = p.layout.units[u];
     out.unit_padded.push_back(ul.padded);
-    for (const ParamSpec& ps : in.units[u].params) out.psi += ps.numel();
+    for (const ParamSpec& ps : p.in.units[u].params) out.psi += ps.numel();
     if (ul.padded > out.largest_unit) {
       out.largest_unit = ul.padded;
-      out.largest_unit_name = in.units[u].name;
+      out.largest_unit_name = p.in.units[u].name;
     }
   }
   out.psi_padded = p.layout.total_padded;
@@ -95,9 +101,9 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   if (p.nvme_optimizer) add_file(p.optim_parts, p.optim_file, p.in.offload_buffers);
   if (p.nvme_params) add_file(p.param_parts, p.param_file, 0);
   // The pools, as many buffers as the rooms that own them end up taking.
-  const detail::GradReducer::Pools pools = detail::GradReducer::predicted_pools(p, in.grads_held);
+  const detail::GradReducer::Pools pools = detail::GradReducer::predicted_pools(p, grads_held);
   out.in_flight_grad_bytes = pools.grads * p.grad_pool.buffer_bytes;
-  std::vector<UnitId> order = in.gather_order;
+  std::vector<UnitId> order = gather_order;
   if (order.empty()) {  // forward, then backward
     for (std::size_t u = 0; u < p.num_units(); ++u) order.push_back(static_cast<UnitId>(u));
     for (std::size_t u = p.num_units(); u-- > 0;) order.push_back(static_cast<UnitId>(u));
@@ -116,4 +122,5 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   return out;
 }
 
+}  // namespace detail
 }  // namespace zero

@@ -30,6 +30,7 @@
 #include "bench/bench_report.hpp"
 #include "common/files.hpp"
 #include "common/progress.hpp"
+#include "gpt/gpt_fit.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/activation_checkpointing.hpp"
@@ -37,7 +38,9 @@
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
+#include "zero/fit.hpp"
 #include "zero/memory.hpp"
+#include "zero/memory_report.hpp"
 #include "zero/plan.hpp"
 #include "zero/quantized_comm.hpp"
 
@@ -51,21 +54,6 @@ using bench::Options;
 using bench::parse;
 using bench::RankFigures;
 using Clock = std::chrono::steady_clock;
-
-// The model's units, declared on an engine that never allocates (it is not used).
-std::vector<UnitSpec> model_units(const gpt::GptConfig& g, const Config& config) {
-  ThreadGroup group(1);
-  auto comm = group.communicator(0);
-  Config cfg = config;
-  cfg.zero_optimization.hybrid_shard_size = 0;  // one rank: no groups
-  Engine e(*comm, cfg);
-  MemoryTracker t;
-  gpt::GptModel m(g, t);
-  m.declare(e);
-  std::vector<UnitSpec> units;
-  for (UnitId u = 0; u < e.num_units(); ++u) units.push_back(e.unit(u));
-  return units;
-}
 
 // Bytes one rank sends per step by DESIGN.md's accounting (ring volumes, (N-1)/N of each
 // buffer): gradients once (all_reduce: twice) in the reduce dtype; parameters gathered in the
@@ -142,7 +130,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   c.trainable_params = g.trainable_params();
   {
     PlanInput pin;
-    pin.units = model_units(g, cfg);
+    pin.units = gpt::model_units(g, cfg);
     pin.ranks = n;
     pin.config = cfg;
     pin.gather_order = gpt::GptModel::gather_order(g, spec);
@@ -322,7 +310,7 @@ int plan_only(const Options& o) {
         if (off != "none" && stage == 0) continue;
         const Config cfg = make_config(o, stage, off);
         PlanInput pin;
-        pin.units = model_units(g, cfg);
+        pin.units = gpt::model_units(g, cfg);
         pin.ranks = n;
         pin.config = cfg;
         const CheckpointSpec spec = CheckpointSpec::resolve(ck, cfg.activation_checkpointing);
@@ -431,6 +419,46 @@ int run(int argc, char** argv) {
     for (const std::string& ck : o.checkpoints) {
       add_kind(3, ck, "none", 0, true);
       if (o.hybrid > 0) add_kind(3, ck, "none", o.hybrid, true);
+    }
+  }
+  // Budgets at start (zero/fit.hpp): every configuration's planned bytes — the engine's placement
+  // for the model, the model's activations and workspace, times the ranks of this process —
+  // against --memory-budget per rank or what the machine has left; one that cannot fit refuses
+  // the run before anything is allocated, naming it, the tier, the shortfall and what fits.
+  {
+    const int world_size = world != nullptr ? world->size() : o.ranks;
+    const int local = world != nullptr ? std::max(detect_launch().local_size, 1) : o.ranks;
+    gpt::GptConfig g = o.model;
+    g.vocab = corpus.vocab_size();
+    MemoryBudget budget = machine_budget(Device::cpu(), o.nvme_path);
+    if (o.memory_budget > 0) {
+      const auto b = static_cast<std::size_t>(o.memory_budget);
+      budget.host = b * static_cast<std::size_t>(local);
+      budget.host_from =
+          "--memory-budget " + format_bytes(b) + " per rank x " + std::to_string(local) + " ranks";
+    }
+    std::string refused;
+    for (const ConfigFigures& kind : kinds) {
+      const Config cfg = make_config(o, kind.stage, kind.offload, kind.hybrid, kind.quantized);
+      const gpt::FitResult r = gpt::check_fit(
+          g, cfg, CheckpointSpec::resolve(kind.checkpoint, cfg.activation_checkpointing), o.batch,
+          world_size, local, budget, /*device_is_host=*/true, o.nvme_path);
+      if (!r.fits()) {
+        refused += (refused.empty() ? " " : "; ") + bench::label(kind) + ": " +
+                   r.message([&](const gpt::FitCandidate& c) {
+                     std::string f = "--stages " + std::to_string(c.stage) + " --checkpoint " +
+                                     (c.checkpoint.empty() ? kind.checkpoint : c.checkpoint);
+                     if (c.nvme_optimizer) f += " --offload nvme --nvme-path " + c.nvme_dir;
+                     if (c.nvme_params) f += " --set zero_optimization.offload_param.device=nvme";
+                     return f;
+                   });
+      }
+    }
+    if (!refused.empty()) {
+      ZERO_THROW(kOutOfMemory,
+                 "configurations that cannot fit (leave them out with --stages / "
+                 "--checkpoint / --offload, or lower the model or batch):",
+                 refused);
     }
   }
   const int total = static_cast<int>(kinds.size());

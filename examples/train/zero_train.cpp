@@ -36,6 +36,7 @@
 #endif
 #include "common/files.hpp"
 #include "common/progress.hpp"
+#include "gpt/gpt_fit.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
 #include "train/train_options.hpp"
@@ -47,6 +48,7 @@
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
+#include "zero/fit.hpp"
 #include "zero/memory_report.hpp"
 
 namespace {
@@ -344,6 +346,46 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
   }
 }
 
+// Budgets at start (zero/fit.hpp): the run's planned bytes per tier — the engine's placement for
+// the model's units, the model's activations and workspace — times the ranks of this process,
+// against --memory-budget per rank or else what the machine has left (host memory under the
+// memory cgroup, the device's free memory); refused before any rank allocates, naming the tier,
+// the shortfall and a configuration that fits.
+void check_fits(const Options& o, const Config& cfg, const gpt::CharCorpus& corpus, int world,
+                int local, const Device& device) {
+  gpt::GptConfig g = o.model;
+  g.vocab = corpus.vocab_size();
+  const Config run = cfg.resolve_batch(world);
+  const CheckpointSpec spec = CheckpointSpec::resolve(o.checkpoint, cfg.activation_checkpointing);
+  const std::string& nvme = cfg.zero_optimization.offload_optimizer.nvme_path;
+  const std::string nvme_dir = nvme.empty() ? "/tmp" : nvme;
+  MemoryBudget budget = machine_budget(device, nvme_dir);
+  if (o.memory_budget > 0) {  // the tracker's cap: every rank's memory, all tiers but NVMe
+    const auto b = static_cast<std::size_t>(o.memory_budget);
+    const std::string from = "--memory-budget " + format_bytes(b) + " per rank";
+    if (device.is_cuda()) {
+      budget.device = b;
+      budget.device_from = from;
+    } else {
+      budget.host = b * static_cast<std::size_t>(local);
+      budget.host_from = from + " x " + std::to_string(local) + " ranks";
+    }
+  }
+  const gpt::FitResult r =
+      gpt::check_fit(g, run, spec, static_cast<int>(run.train_micro_batch_size_per_gpu), world,
+                     local, budget, !device.is_cuda(), nvme_dir);
+  if (!r.fits()) {
+    ZERO_THROW(kOutOfMemory, "the run ", r.message([](const gpt::FitCandidate& c) {
+      std::string f = "--zero-stage " + std::to_string(c.stage);
+      if (!c.checkpoint.empty()) f += " --checkpoint-activations " + c.checkpoint;
+      if (c.nvme_optimizer) f += " --offload-optimizer nvme";
+      if (c.nvme_params) f += " --offload-param nvme";
+      if (c.nvme_optimizer || c.nvme_params) f += " --nvme-path " + c.nvme_dir;
+      return f;
+    }));
+  }
+}
+
 std::unique_ptr<gpt::GptModel> make_cpu_model(const gpt::GptConfig& g, MemoryTracker& tracker) {
   return std::make_unique<gpt::GptModel>(g, tracker);
 }
@@ -360,6 +402,7 @@ void train_on_gpu(const Options& o, const Config& cfg, const gpt::CharCorpus& co
   }
   const int gpu = launch.local_rank;
   cuda_ok(cudaSetDevice(gpu), "cudaSetDevice");
+  check_fits(o, cfg, corpus, launch.size, 1, Device::cuda(gpu));
   struct Stream {  // destroyed after the communicator, the engine and the model
     cudaStream_t s = nullptr;
     ~Stream() {
@@ -416,11 +459,14 @@ int run(int argc, char** argv) {
     return 0;
   }
 #endif
-  if (detect_launch().size > 1) {  // mpirun / srun / torchrun: this process is one rank
+  if (const LaunchInfo launch = detect_launch(); launch.size > 1) {
+    // mpirun / srun / torchrun: this process is one rank, sharing the node with local_size.
+    check_fits(o, cfg, corpus, launch.size, std::max(launch.local_size, 1), Device::cpu());
     auto comm = make_communicator(cfg);
     train_rank(*comm, o, cfg, corpus, print, metrics, Placement{}, make_cpu_model);
     return 0;
   }
+  check_fits(o, cfg, corpus, o.ranks, o.ranks, Device::cpu());
   ThreadGroup::run(
       o.ranks,
       [&](Communicator& comm) {

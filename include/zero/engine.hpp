@@ -113,6 +113,15 @@ struct EngineOptions {
     std::size_t end = 0;
   };
   std::vector<ElementRange> attach_frozen;
+  // Budgets at start (zero/fit.hpp): at lay-out, before the engine allocates, its planned bytes
+  // (zero/plan.hpp, the rank's placement and pools) plus `trainer_bytes` of the trainer's own
+  // (activations, workspace) are checked against the tracker's budget when set, else against
+  // the machine's (host memory under the memory cgroup, a CUDA device's free memory) shared by
+  // the ranks of this process (in-process ranks: the communicator's size; launched processes:
+  // the launcher's ranks per node); a rank that cannot fit is kOutOfMemory naming the tier and
+  // the shortfall, before any allocation.
+  bool check_fit = false;
+  std::size_t trainer_bytes = 0;
 };
 
 // Where one rank's time and bytes went, from the engine's view (StepResult::metrics). A window

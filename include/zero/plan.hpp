@@ -88,4 +88,13 @@ struct PlanResult {
 // REQUIRES: units non-empty and valid (else zero::Error(kInvalidArgument) as add_unit).
 PlanResult plan_engine_memory(const PlanInput& in);
 
+namespace detail {
+struct Placement;
+// A placement's bytes (plan_engine_memory's sum over rank 0's; the engine's own for
+// EngineOptions::check_fit), its pools replayed over `gather_order` (empty: forward, then
+// backward).
+PlanResult plan_of(const Placement& placement, const std::vector<UnitId>& gather_order,
+                   int grads_held);
+}  // namespace detail
+
 }  // namespace zero
