@@ -72,6 +72,8 @@ PlanResult plan_engine_memory(const PlanInput& in) {
   }
   out.psi_padded = p.layout.total_padded;
   out.psi_trainable_padded = p.trainable_padded;
+  out.stepped = p.trainable_step;
+  out.stepped_offloaded = p.offload_step;
   auto add = [&](MemCategory c, detail::Tier tier, std::size_t bytes) {
     const auto i = static_cast<std::size_t>(c);
     if (tier == detail::Tier::kNvme) {
