@@ -170,7 +170,7 @@ struct RankRun {
 // One rank of the uninterrupted run: init, `steps` steps.
 inline RankRun run_straight(Communicator& comm, const RunSpec& s, int steps) {
   Engine e(comm, make_config(s));
-  const Mlp mlp(kDims);
+  const Mlp mlp(s.dims);
   mlp.declare(e);
   mlp.init(e, 42);
   RankRun r;
@@ -185,7 +185,7 @@ inline RankRun run_straight(Communicator& comm, const RunSpec& s, int steps) {
 inline FullState run_and_save(Communicator& comm, const RunSpec& s, int k, const std::string& dir,
                               bool async, const std::string& trainer = "data@k") {
   Engine e(comm, make_config(s));
-  const Mlp mlp(kDims);
+  const Mlp mlp(s.dims);
   mlp.declare(e);
   mlp.init(e, 42);
   train_steps(e, mlp, 0, k, s.accumulation);
@@ -207,7 +207,7 @@ struct Resumed {
 };
 inline Resumed run_resumed(Communicator& comm, const RunSpec& s, int to, const std::string& dir) {
   Engine e(comm, make_config(s));
-  const Mlp mlp(kDims);
+  const Mlp mlp(s.dims);
   mlp.declare(e);
   mlp.init(e, 7);
   Resumed r;
