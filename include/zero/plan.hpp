@@ -37,11 +37,14 @@ struct FormulaBytes {
   double total() const { return params + grads + optimizer; }
 };
 // psi_trainable: of psi, the trainable parameters (frozen ones have parameters only: no
-// gradients, master or optimizer state); default all.
+// gradients, master or optimizer state); default all. offload_fraction: with offload_optimizer,
+// the fraction of the optimizer part (and of the gradient partition with it) that moves
+// (offload_optimizer.ratio with device cpu); default all.
 FormulaBytes zero_formula(double psi, int ranks, int stage, double w = 2, double g = 2,
                           double k = 12, bool offload_optimizer = false,
                           bool offload_params = false,
-                          std::optional<double> psi_trainable = std::nullopt);
+                          std::optional<double> psi_trainable = std::nullopt,
+                          double offload_fraction = 1.0);
 
 struct PlanInput {
   std::vector<UnitSpec> units;

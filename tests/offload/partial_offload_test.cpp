@@ -149,6 +149,23 @@ TEST(PartialOffload, RatioOffloadsTheTrailingUnitsClosestToItInElements) {
   EXPECT_NE(expected_trailing(steps, 0.5), steps.size());
 }
 
+// DESIGN.md's formula with a partial offload: the fraction of the optimizer part (and, stages
+// 2-3, of the gradient partition) moves; the total with what moved is the formula's.
+TEST(PartialOffload, TheFormulaMovesTheRatioOfTheOptimizerAndGradientPartition) {
+  const double psi = 1e9;
+  for (int stage : {1, 2, 3}) {
+    const FormulaBytes none = zero_formula(psi, 8, stage);
+    const FormulaBytes all = zero_formula(psi, 8, stage, 2, 2, 12, true, false);
+    for (double r : {0.0, 0.25, 0.5, 1.0}) {
+      const FormulaBytes f = zero_formula(psi, 8, stage, 2, 2, 12, true, false, std::nullopt, r);
+      EXPECT_DOUBLE_EQ(f.optimizer, (1 - r) * none.optimizer) << stage << " " << r;
+      EXPECT_DOUBLE_EQ(f.grads, stage >= 2 ? (1 - r) * none.grads : none.grads) << stage;
+      EXPECT_DOUBLE_EQ(f.total() + f.offloaded, none.total()) << stage << " " << r;
+      EXPECT_DOUBLE_EQ(f.offloaded, r * all.offloaded) << stage << " " << r;
+    }
+  }
+}
+
 // The placement's invariants, read from the placement itself: the tier of each unit, the arenas
 // per tier, no reduce bucket over both gradient tiers, chunks for the offloaded units only (the
 // pinned ones first with nvme), frozen units on the lead tier.
