@@ -274,7 +274,7 @@ struct Placement {
   }
   // Where unit u's accumulated gradients are: pinned host memory, else the device.
   bool grads_on_host(UnitId u) const { return unit(u).grads_on_host; }
-  // The stepped gradient of unit u in the grads arena (elements).
+  // The stepped gradient of unit u in its gradient arena (grads, or host_grads: elements).
   std::size_t step_grads_offset(UnitId u) const {
     const UnitPlacement& p = unit(u);
     return p.grads_offset + (in.policy.shard_gradients ? 0 : p.step_begin);
