@@ -1,9 +1,7 @@
-// The shard optimizer on the compute device (see zero/device_optimizer.hpp), and the choice
-// between it and the offloaded one.
+// The shard optimizer on the compute device (see zero/device_optimizer.hpp).
 #include "zero/device_optimizer.hpp"
 
 #include "zero/error.hpp"
-#include "zero/offloaded_optimizer.hpp"
 
 namespace zero::detail {
 
@@ -16,8 +14,13 @@ DeviceOptimizer::DeviceOptimizer(const Placement& placement, DeviceOps& dev,
     state_.push_back(allocate(placement.state, dev, tracker));
   }
   for (UnitId u = 0; u < static_cast<UnitId>(placement.num_units()); ++u) {
-    if (!placement.unit(u).frozen) dev_.init_state(params_, shard_ref(u));
+    if (mine(u)) dev_.init_state(params_, shard_ref(u));
   }
+}
+
+bool DeviceOptimizer::mine(UnitId u) const {
+  const UnitPlacement& up = placement_.unit(u);
+  return !up.frozen && up.optim_tier == Tier::kDevice;
 }
 
 float* DeviceOptimizer::master(UnitId u) {
@@ -51,7 +54,7 @@ void DeviceOptimizer::step(const std::vector<OptimizerParams>& groups, std::int6
   // One launch per group over every run of it (one launch in all without groups).
   std::vector<std::vector<ShardRef>> refs(groups.size());
   for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
-    if (placement_.unit(u).frozen) continue;  // no runs, no state
+    if (!mine(u)) continue;  // frozen (no runs, no state), or offloaded
     const ShardRef whole = shard_ref(u);
     placement_.for_each_run(u, 0, whole.count, [&](std::size_t at, std::size_t n, int g) {
       refs[static_cast<std::size_t>(g)].push_back(whole.part(at, n, params_.state_dtype()));
@@ -86,18 +89,6 @@ void DeviceOptimizer::load_unit(UnitId u, const float* master_in, const void* co
   const std::size_t sd = dtype_size(params_.state_dtype());
   for (int k = 0; k < params_.num_states(); ++k) dev_.copy(state(u, k), states[k], n * sd);
   dev_.synchronize();
-}
-
-std::unique_ptr<ShardOptimizer> make_shard_optimizer(const Placement& placement, DeviceOps& dev,
-                                                     const CpuOptimizer& host,
-                                                     const OptimizerParams& params,
-                                                     MemoryTracker& tracker, ShardAccess& access,
-                                                     Observer observer) {
-  if (placement.offloaded) {
-    return std::make_unique<OffloadedOptimizer>(placement, dev, host, params, tracker, access,
-                                                observer);
-  }
-  return std::make_unique<DeviceOptimizer>(placement, dev, params, tracker, access, observer);
 }
 
 }  // namespace zero::detail

@@ -1,6 +1,8 @@
-// zero/device_optimizer.hpp — the shard optimizer on the compute device (no optimizer offload):
-// the fp32 master (16-bit training; in fp32 training the working shard is the master) and the
-// optimizer states over each unit's stepped range, stepped by the device's fused optimizer.
+// zero/device_optimizer.hpp — the shard optimizer on the compute device: the fp32 master (16-bit
+// training; in fp32 training the working shard is the master) and the optimizer states over the
+// stepped range of each unit the placement keeps on the device (optim_tier kDevice: every unit
+// without optimizer offload, the leading ones with a partial offload), stepped by the device's
+// fused optimizer.
 //
 // Observed: the step is one TraceLane::kOptimizer region "optimizer step".
 //
@@ -15,8 +17,9 @@ namespace zero::detail {
 
 class DeviceOptimizer final : public ShardOptimizer {
  public:
-  // REQUIRES: !placement.offloaded. Allocates the master (zeroed) and the states and zeroes the
-  // states in the partitioning the step uses (first touch lands here).
+  // Allocates the device tier's master (zeroed) and states and zeroes the states in the
+  // partitioning the step uses (first touch lands here). Only units on the device are its own:
+  // the others are never asked for here.
   DeviceOptimizer(const Placement& placement, DeviceOps& dev, const OptimizerParams& params,
                   MemoryTracker& tracker, ShardAccess& access, Observer observer);
 
@@ -31,6 +34,7 @@ class DeviceOptimizer final : public ShardOptimizer {
 
  private:
   ShardRef shard_ref(UnitId u);
+  bool mine(UnitId u) const;  // trainable and on the device
 
   const Placement& placement_;
   DeviceOps& dev_;

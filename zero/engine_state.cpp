@@ -31,7 +31,7 @@ const float* Engine::master_shard(UnitId u) const {
   m.check_unit(u, "master_shard");
   m.lay_out();
   // A frozen unit's working copy is its only copy (fp32: the optimizer's master is that copy).
-  if (m.unit_place(u).frozen && m.place().separate_master) return nullptr;
+  if (m.unit_place(u).frozen && m.place().master_apart(u)) return nullptr;
   return m.optimizer->master(u);
 }
 
@@ -39,11 +39,8 @@ const void* Engine::state_shard(UnitId u, int k) const {
   Impl& m = const_cast<Impl&>(*impl_);
   m.check_unit(u, "state_shard");
   m.lay_out();
-  ZERO_CHECK(!m.place().nvme_optimizer, kInvalidArgument,
-             "state_shard(): the optimizer state lives in NVMe files (offload_optimizer.device = "
-             "nvme); use copy_state_shard()");
   if (k < 0 || k >= m.oparams.num_states() || m.unit_place(u).frozen) return nullptr;
-  return m.optimizer->state(u, k);
+  return m.optimizer->state(u, k);  // kInvalidArgument where unit u's state is in NVMe files
 }
 
 void Engine::copy_master_shard(UnitId u, float* out) {

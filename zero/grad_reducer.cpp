@@ -29,6 +29,7 @@ GradReducer::GradReducer(const Placement& placement, Communicator& comm, DeviceO
       w_(placement.in.working),
       r_(placement.in.reduce),
       acc_(allocate(placement.grads, dev, tracker, {.zero = true})),
+      host_acc_(allocate(placement.host_grads, dev, tracker, {.zero = true})),
       grad_landing_(allocate(placement.grad_landing, dev, tracker)),
       stats_scratch_(allocate(placement.stats_scratch, dev, tracker)),
       grad_pool_(dev, tracker, placement.grad_pool),
@@ -57,11 +58,12 @@ char* GradReducer::acc_base() const {
 }
 
 char* GradReducer::unit_acc(UnitId u) const {
-  return at(acc_base(), placement_.unit(u).grads_offset, r_);
+  char* base = placement_.grads_on_host(u) ? static_cast<char*>(host_acc_.data()) : acc_base();
+  return at(base, placement_.unit(u).grads_offset, r_);
 }
 
 char* GradReducer::step_grads(UnitId u) {
-  return at(acc_base(), placement_.step_grads_offset(u), r_);
+  return at(unit_acc(u), placement_.step_grads_offset(u) - placement_.unit(u).grads_offset, r_);
 }
 
 char* GradReducer::unit_grads(UnitId u) {
@@ -241,12 +243,13 @@ void GradReducer::finish_replica() {
 // placement keeps consecutive in unit order too; then the buffers go back to their pools.
 void GradReducer::accumulate_reduced(Pending& p) {
   const Reduced r = reduced_part(p);
+  // A bucket's members share one gradient arena (the placement splits buckets there).
   const UnitId u = placement_.reduce_buckets[static_cast<std::size_t>(p.bucket)].first;
   const std::size_t rs = dtype_size(r_);
   if (!p.quant.empty()) quant_pool_.give(std::move(p.quant));
   char* dst = unit_acc(u);
   const bool first = micro_ == 0;
-  if (!on_host()) {
+  if (!placement_.grads_on_host(u)) {
     dev_.accumulate(dst, r_, r.data, r_, r.count, first);
   } else {
     // The reduced shard to the host partition: the device-to-host traffic of ZeRO-Offload (on
@@ -326,9 +329,10 @@ void GradReducer::reduce_at_boundary() {
   finish_all();
 }
 
-GradStats GradReducer::stats(const void* grad, std::size_t count) {
+GradStats GradReducer::stats(UnitId u, const void* grad, std::size_t count) {
   // Where the reduced gradients live decides who reads them.
-  return on_host() ? host_.grad_stats(grad, r_, count) : dev_.grad_stats(grad, r_, count);
+  return placement_.grads_on_host(u) ? host_.grad_stats(grad, r_, count)
+                                     : dev_.grad_stats(grad, r_, count);
 }
 
 GradTotals GradReducer::totals() {
@@ -343,7 +347,8 @@ GradTotals GradReducer::totals() {
         const auto id = static_cast<UnitId>(u);
         if (placement_.unit(id).frozen) continue;
         const std::size_t shard = layout.units[u].shard;
-        const GradStats g = stats(at(unit_acc(id), static_cast<std::size_t>(q) * shard, r_), shard);
+        const GradStats g =
+            stats(id, at(unit_acc(id), static_cast<std::size_t>(q) * shard, r_), shard);
         s += g.sum_squares;
         total.non_finite = total.non_finite || g.non_finite;
       }
@@ -355,7 +360,8 @@ GradTotals GradReducer::totals() {
   bool bad = false;
   for (std::size_t u = 0; u < nu; ++u) {
     if (placement_.unit(static_cast<UnitId>(u)).frozen) continue;
-    const GradStats g = stats(step_grads(static_cast<UnitId>(u)), layout.units[u].shard);
+    const auto id = static_cast<UnitId>(u);
+    const GradStats g = stats(id, step_grads(id), layout.units[u].shard);
     local += g.sum_squares;
     bad = bad || g.non_finite;
   }

@@ -5,8 +5,9 @@
 // What it owns: the gradient pool (a whole unit's W-typed gradients, taken when the trainer
 // first asks for a unit's gradient in a micro-step), the reduction staging (R-typed copies of
 // units and merged buckets in flight), the queue of reductions in flight, and the accumulation
-// buffer (R-typed: whole units in stages 0-1, this rank's shards in stages 2-3; pinned host
-// memory when ZeRO-Offload keeps the gradient partition with the optimizer).
+// buffers (R-typed: whole units in stages 0-1, this rank's shards in stages 2-3; on the device,
+// and in pinned host memory for the units whose gradient partition ZeRO-Offload keeps with their
+// offloaded optimizer state: each unit in the one the placement names).
 //
 // Stages 2-3 reduce every micro-step, as each bucket's last unit becomes ready (its
 // reduce-scatter runs while the trainer computes the backward of the units before it; with
@@ -83,10 +84,9 @@ class GradReducer {
   GradTotals totals();
   // Starts the next accumulation window.
   void end_window() { micro_ = 0; }
-  // The reduced gradients of unit u's stepped range (R).
+  // The reduced gradients of unit u's stepped range (R): device memory, or pinned host memory
+  // when the placement keeps unit u's gradient partition on the host.
   char* step_grads(UnitId u);
-  // Device memory or pinned host memory (the partition on the host).
-  bool on_host() const noexcept { return placement_.grads_on_host; }
 
   std::size_t in_flight_grad_bytes() const { return grad_pool_.allocated_bytes(); }
   std::size_t staging_bytes() const {
@@ -118,8 +118,8 @@ class GradReducer {
     bool boundary = false;  // stage 1's reduction at the boundary
   };
 
-  char* acc_base() const;
-  char* unit_acc(UnitId u) const;  // the unit's region in the accumulation buffer
+  char* acc_base() const;          // the device's accumulation (or the trainer's buffer)
+  char* unit_acc(UnitId u) const;  // the unit's region in its accumulation buffer
   void launch_bucket(int b);
   // Starts the reduce-scatter (qgZ: quantized) of `base`, N parts of `count`, into this rank's
   // part, for p; tagged with unit `tag`.
@@ -141,7 +141,8 @@ class GradReducer {
   Reduced reduced_part(Pending& p) const;
   void accumulate_reduced(Pending& p);
   void give(Source s, Buffer b);
-  GradStats stats(const void* grad, std::size_t count);
+  // Unit u's gradients at `grad`: read by the host where they live there, else the device.
+  GradStats stats(UnitId u, const void* grad, std::size_t count);
 
   const Placement& placement_;
   Communicator& comm_;
@@ -152,7 +153,7 @@ class GradReducer {
   Communicator* replicas_;
   bool all_reduce_;
   DType w_, r_;
-  Buffer acc_;
+  Buffer acc_, host_acc_;
   Buffer grad_landing_;
   Buffer stats_scratch_;
   BufferPool grad_pool_, reduce_pool_, bucket_pool_, quant_pool_;

@@ -26,9 +26,9 @@ OffloadedOptimizer::OffloadedOptimizer(const Placement& placement, DeviceOps& de
       r_(placement.in.reduce),
       observer_(observer) {
   ZERO_CHECK(placement.offloaded, kInternal, "OffloadedOptimizer without optimizer offload");
-  master_ = allocate(placement.master, dev, tracker, {.zero = true});
+  master_ = allocate(placement.host_master, dev, tracker, {.zero = true});
   for (int k = 0; k < params.num_states(); ++k) {
-    state_.push_back(allocate(placement.state, dev, tracker));
+    state_.push_back(allocate(placement.host_state, dev, tracker));
   }
   for (std::size_t b = 0; b < placement.in.offload_buffers; ++b) {
     staging_grad_.push_back(allocate(placement.staging_grad, dev, tracker));
@@ -39,11 +39,10 @@ OffloadedOptimizer::OffloadedOptimizer(const Placement& placement, DeviceOps& de
     so.aio.observer = observer;
     swapper_ = std::make_unique<ChunkSwapper>(tracker, placement.optim_chunk_elems,
                                               placement.optim_parts, std::move(so));
-    return;
   }
-  // Zero the state in the partitioning the step uses (first touch lands here).
+  // Zero the pinned state in the partitioning the step uses (first touch lands here).
   for (UnitId u = 0; u < static_cast<UnitId>(placement.num_units()); ++u) {
-    if (placement.unit(u).frozen) continue;  // no state
+    if (!pinned(u)) continue;  // frozen (no state), on the device or in the swap file
     ShardRef ref;
     ref.count = placement.unit(u).step_count;
     for (int k = 0; k < params.num_states(); ++k) ref.state[k] = state(u, k);
@@ -51,15 +50,20 @@ OffloadedOptimizer::OffloadedOptimizer(const Placement& placement, DeviceOps& de
   }
 }
 
+bool OffloadedOptimizer::pinned(UnitId u) const {
+  const UnitPlacement& up = placement_.unit(u);
+  return !up.frozen && up.optim_tier == Tier::kPinned;
+}
+
 float* OffloadedOptimizer::master(UnitId u) {
-  ZERO_CHECK(!placement_.nvme_optimizer, kInvalidArgument,
+  ZERO_CHECK(placement_.optim_tier(u) != Tier::kNvme, kInvalidArgument,
              "the master lives in NVMe files (offload_optimizer.device = nvme); use "
              "copy_master_shard()");
   return master_.as<float>() + placement_.unit(u).optim_offset;
 }
 
 char* OffloadedOptimizer::state(UnitId u, int k) {
-  ZERO_CHECK(!placement_.nvme_optimizer, kInvalidArgument,
+  ZERO_CHECK(placement_.optim_tier(u) != Tier::kNvme, kInvalidArgument,
              "the optimizer state lives in NVMe files (offload_optimizer.device = nvme); use "
              "copy_state_shard()");
   return at(state_[static_cast<std::size_t>(k)].data(), placement_.unit(u).optim_offset,
@@ -75,7 +79,7 @@ void OffloadedOptimizer::chunk_step(const std::vector<OptimizerParams>& groups, 
   const std::size_t buffers = placement_.in.offload_buffers;
   const std::size_t b = c % buffers;
   const char* grad = access_.grads(ch.unit) + ch.at * rs;
-  if (!placement_.grads_on_host) {
+  if (!placement_.grads_on_host(ch.unit)) {
     // Double-buffered: chunk c + 1's gradients are copied in while chunk c steps (with two or
     // more buffers; the buffer it takes was last used by a chunk already stepped).
     const std::size_t ahead = std::min(placement_.chunks.size(), c + (buffers > 1 ? 2 : 1));
@@ -129,7 +133,7 @@ void OffloadedOptimizer::chunk_step(const std::vector<OptimizerParams>& groups, 
     if (w_ != DType::kF32) {
       param_fence_[b] = dev_.record(DeviceOps::Lane::kCopy);
       trace_copy_out(copy_begin, c, ch.count * ws, param_fence_[b]);
-    } else if (placement_.nvme_optimizer) {
+    } else if (placement_.optim_tier(ch.unit) == Tier::kNvme) {
       dev_.wait(dev_.record(DeviceOps::Lane::kCopy));  // the swapper reuses the master's buffer
       trace_copy_out(copy_begin, c, ch.count * ws, 0);
     } else if (observer_.tracer != nullptr) [[unlikely]] {
@@ -225,22 +229,23 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
     grad_copy_.assign(placement_.in.offload_buffers, CopyInFlight{});
     copies_out_.clear();  // a step that threw left its copies behind
   }
-  if (placement_.nvme_optimizer) {
-    write_nvme_state();
-    swapper_->run(0, placement_.chunks.size(), /*read=*/true, /*write=*/true,
-                  [&](const ChunkSwapper::Staged& s) {
-                    chunk_step(p, s.chunk, reinterpret_cast<float*>(s.part[0]), s.part + 1, step,
-                               grad_scale);
-                  });
-  } else {
-    for (std::size_t c = 0; c < placement_.chunks.size(); ++c) {
-      const Chunk& ch = placement_.chunks[c];
-      char* st[2] = {};
-      for (int k = 0; k < params_.num_states(); ++k) {
-        st[k] = state(ch.unit, k) + ch.at * dtype_size(params_.state_dtype());
-      }
-      chunk_step(p, c, master(ch.unit) + ch.at, st, step, grad_scale);
+  // The pinned tier's chunks in place, then the swap file's through its staging slots (one
+  // chunk sequence: the staging buffers and the gradient copies run on across both).
+  if (placement_.nvme_optimizer) write_nvme_state();
+  for (std::size_t c = 0; c < placement_.nvme_chunk; ++c) {
+    const Chunk& ch = placement_.chunks[c];
+    char* st[2] = {};
+    for (int k = 0; k < params_.num_states(); ++k) {
+      st[k] = state(ch.unit, k) + ch.at * dtype_size(params_.state_dtype());
     }
+    chunk_step(p, c, master(ch.unit) + ch.at, st, step, grad_scale);
+  }
+  if (placement_.nvme_optimizer) {
+    swapper_->run(0, placement_.optim_chunk_elems.size(), /*read=*/true, /*write=*/true,
+                  [&](const ChunkSwapper::Staged& s) {
+                    chunk_step(p, placement_.nvme_chunk + s.chunk,
+                               reinterpret_cast<float*>(s.part[0]), s.part + 1, step, grad_scale);
+                  });
   }
   dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
   all_copies_out_waited();
@@ -251,14 +256,15 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
 // the working parameters (as set_param makes it), the optimizer state zeroed.
 void OffloadedOptimizer::write_nvme_state() {
   if (nvme_written_) return;
-  swapper_->run(0, placement_.chunks.size(), /*read=*/false, /*write=*/true,
+  swapper_->run(0, placement_.optim_chunk_elems.size(), /*read=*/false, /*write=*/true,
                 [&](const ChunkSwapper::Staged& s) {
-                  const Chunk& ch = placement_.chunks[s.chunk];
+                  const std::size_t c = placement_.nvme_chunk + s.chunk;
+                  const Chunk& ch = placement_.chunks[c];
                   const bool in_window = access_.params_on_nvme(ch.unit);
                   if (ch.at == 0 && in_window) access_.load_params(ch.unit);
                   master_from_params(access_.params(ch.unit) + ch.at * dtype_size(w_), !in_window,
                                      reinterpret_cast<float*>(s.part[0]), ch.count,
-                                     static_cast<std::int64_t>(s.chunk));
+                                     static_cast<std::int64_t>(c));
                   ShardRef z;
                   z.count = ch.count;
                   for (int k = 0; k < params_.num_states(); ++k) z.state[k] = s.part[1 + k];
@@ -273,12 +279,14 @@ void OffloadedOptimizer::nvme_unit_pass(
     const std::function<void(const Chunk&, const ChunkSwapper::Staged&)>& fn) {
   write_nvme_state();
   const auto ui = static_cast<std::size_t>(u);
-  swapper_->run(placement_.unit_chunk[ui], placement_.unit_chunk[ui + 1], /*read=*/true, write,
-                [&](const ChunkSwapper::Staged& s) { fn(placement_.chunks[s.chunk], s); });
+  const std::size_t first = placement_.nvme_chunk;  // the swap file's slot 0
+  swapper_->run(placement_.unit_chunk[ui] - first, placement_.unit_chunk[ui + 1] - first,
+                /*read=*/true, write,
+                [&](const ChunkSwapper::Staged& s) { fn(placement_.chunks[first + s.chunk], s); });
 }
 
 void OffloadedOptimizer::copy_master(UnitId u, float* out) {
-  if (!placement_.nvme_optimizer) {
+  if (placement_.optim_tier(u) != Tier::kNvme) {
     std::memcpy(out, master(u), placement_.unit(u).step_count * 4);
     return;
   }
@@ -289,7 +297,7 @@ void OffloadedOptimizer::copy_master(UnitId u, float* out) {
 
 void OffloadedOptimizer::copy_state(UnitId u, int k, void* out) {
   const std::size_t sd = dtype_size(params_.state_dtype());
-  if (!placement_.nvme_optimizer) {
+  if (placement_.optim_tier(u) != Tier::kNvme) {
     std::memcpy(out, state(u, k), placement_.unit(u).step_count * sd);
     return;
   }
@@ -300,7 +308,7 @@ void OffloadedOptimizer::copy_state(UnitId u, int k, void* out) {
 
 void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi) {
   const bool on_device = !access_.params_on_nvme(u);
-  if (!placement_.nvme_optimizer) {
+  if (placement_.optim_tier(u) != Tier::kNvme) {
     master_from_params(access_.params(u) + lo * dtype_size(w_), on_device, master(u) + lo, hi - lo,
                        -1);
     return;
@@ -319,7 +327,7 @@ void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi
 
 void OffloadedOptimizer::load_unit(UnitId u, const float* master, const void* const* states) {
   const std::size_t sd = dtype_size(params_.state_dtype());
-  if (!placement_.nvme_optimizer) {
+  if (placement_.optim_tier(u) != Tier::kNvme) {
     const std::size_t n = placement_.unit(u).step_count;
     std::memcpy(this->master(u), master, n * 4);
     for (int k = 0; k < params_.num_states(); ++k) {

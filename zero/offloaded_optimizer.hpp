@@ -2,10 +2,14 @@
 // cpu | nvme): the fp32 master and the optimizer state in pinned host memory or NVMe files, and
 // the chunk pipeline that steps them (zero/shard_optimizer.hpp is the interface).
 //
-// What it owns: the master and state (cpu: in pinned host memory; nvme: in one swap file per
-// rank under nvme_path, written from the working parameters when first needed, as set_param
-// would have made the master), the chunks of the placement, `buffer_count` persistent pinned
-// staging buffers per direction (gradient chunk in, updated 16-bit chunk out) and their fences.
+// What it owns: the master and state of the units the placement puts off the device
+// (optim_tier kPinned: in pinned host memory; kNvme: in one swap file per rank under nvme_path,
+// written from the working parameters when first needed, as set_param would have made the
+// master), the chunks of the placement, `buffer_count` persistent pinned staging buffers per
+// direction (gradient chunk in, updated 16-bit chunk out) and their fences. With a partial
+// offload (offload_optimizer.ratio) the units on the device are not its own (cpu: the leading
+// units stay on the device; nvme: the leading units are in pinned memory, the trailing ones in
+// the file, one chunk sequence over both, the pinned chunks stepped in place).
 //
 // One step streams every stepped range chunk by chunk: the gradient chunk copied in (device ->
 // pinned; stage 1 only: stages 2-3 keep the gradient partition on the host already), the fused
@@ -42,7 +46,7 @@ namespace zero::detail {
 class OffloadedOptimizer final : public ShardOptimizer {
  public:
   // REQUIRES: placement.offloaded; placement, dev, host, access and the observer's tracer and
-  // counters (either may be null) outlive this.
+  // counters (either may be null) outlive this. Only units off the device are asked for here.
   OffloadedOptimizer(const Placement& placement, DeviceOps& dev, const CpuOptimizer& host,
                      const OptimizerParams& params, MemoryTracker& tracker, ShardAccess& access,
                      Observer observer);
@@ -54,7 +58,7 @@ class OffloadedOptimizer final : public ShardOptimizer {
             float grad_scale) override;
 
   // The master / state k of unit u's stepped range in pinned memory; kInvalidArgument naming the
-  // tier with NVMe (use the copies).
+  // tier when unit u's are in NVMe (use the copies).
   float* master(UnitId u) override;
   char* state(UnitId u, int k) override;
   // Copies of unit u's stepped master / state k to host memory `out`, from whichever tier.
@@ -71,6 +75,7 @@ class OffloadedOptimizer final : public ShardOptimizer {
   void chunk_step(const std::vector<OptimizerParams>& groups, std::size_t c, float* master_part,
                   char* const* state_part, std::int64_t step, float grad_scale);
   void issue_grad_copy(std::size_t c);
+  bool pinned(UnitId u) const;  // trainable and in pinned memory
   // ---- observation (each a branch when neither tracer nor counters are attached)
   TraceClock::time_point trace_now() const;
   // A parameter copy out enqueued at `begin`: its region ends when the host waits for `fence`

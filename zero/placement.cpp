@@ -2,6 +2,7 @@
 #include "zero/placement.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <map>
 #include <utility>
@@ -21,12 +22,12 @@ namespace {
 constexpr std::size_t kCollectivesInFlight = 2;
 
 // Greedy buckets over the units in id order: a unit joins the open bucket while the bucket's
-// padded elements stay within `limit` (0: every unit alone). Units that `eligible` rejects are
-// left out and close the open bucket, so members are always consecutive. Writes each member's
-// bucket index and offset (in one rank's part) through `place`.
-template <typename Eligible, typename Place>
+// padded elements stay within `limit` (0: every unit alone) and its `side` is the bucket's.
+// Units that `eligible` rejects are left out and close the open bucket, so members are always
+// consecutive. Writes each member's bucket index and offset (in one rank's part) through `place`.
+template <typename Eligible, typename Side, typename Place>
 std::vector<Bucket> make_buckets(const Layout& layout, std::size_t limit, Eligible eligible,
-                                 Place place) {
+                                 Side side, Place place) {
   std::vector<Bucket> out;
   std::size_t padded = 0;
   bool open = false;
@@ -37,7 +38,7 @@ std::vector<Bucket> make_buckets(const Layout& layout, std::size_t limit, Eligib
       continue;
     }
     const UnitLayout& ul = layout.units[i];
-    if (!open || padded + ul.padded > limit) {
+    if (!open || padded + ul.padded > limit || side(u) != side(out.back().first)) {
       out.push_back({u, u, 0});
       padded = 0;
       open = true;
@@ -52,6 +53,26 @@ std::vector<Bucket> make_buckets(const Layout& layout, std::size_t limit, Eligib
 }
 
 Arena on(Tier tier, MemCategory c, std::size_t bytes) { return Arena{c, tier, bytes}; }
+
+// offload_optimizer.ratio's cut: the first unit of the trailing tier. The trailing trainable
+// units whose stepped elements come closest to ratio x this rank's stepped elements go there;
+// a tie offloads the larger part, as DeepSpeed's int((1 - ratio) x sub-groups) rounds the
+// device's part down. Elements, not units: units differ in size. nu: nothing offloaded.
+std::size_t offload_cut(const std::vector<UnitPlacement>& units, double ratio, std::size_t total) {
+  const double want = ratio * static_cast<double>(total);
+  std::size_t cut = units.size(), off = 0;
+  double best = want;  // nothing offloaded
+  for (std::size_t u = units.size(); u-- > 0;) {
+    if (units[u].frozen) continue;
+    off += units[u].step_count;
+    const double d = std::abs(static_cast<double>(off) - want);
+    if (d <= best) {
+      best = d;
+      cut = u;
+    }
+  }
+  return cut;
+}
 
 }  // namespace
 
@@ -133,13 +154,25 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
   in.quantized_gradients = in.policy.shard_params && z.zero_quantized_gradients;
   in.quant_block = static_cast<std::size_t>(z.quantization_block_size);
   in.replicas = replicas;
-  // The updated shards reach the parameter file through the offloaded optimizer's chunk loop.
+  in.offload_ratio = z.offload_optimizer.ratio;
+  // The updated shards reach the parameter file through the offloaded optimizer's chunk loop:
+  // every unit must be stepped there (with device cpu, the ratio keeps the leading units on the
+  // device).
   ZERO_CHECK(
       in.param_offload != OffloadDevice::kNvme || in.optimizer_offload != OffloadDevice::kNone,
       kConfig,
       "config key 'zero_optimization.offload_param.device' = \"nvme\" needs "
       "'zero_optimization.offload_optimizer.device' = \"cpu\" or \"nvme\" (it is \"",
       to_string(in.optimizer_offload), "\")");
+  ZERO_CHECK(
+      in.param_offload != OffloadDevice::kNvme || in.optimizer_offload != OffloadDevice::kCpu ||
+          in.offload_ratio == 1.0,
+      kConfig,
+      "config key 'zero_optimization.offload_param.device' = \"nvme\" needs every unit's "
+      "optimizer off the device: 'zero_optimization.offload_optimizer.ratio' = ",
+      in.offload_ratio,
+      " keeps the leading units on the device with 'offload_optimizer.device' = \"cpu\" "
+      "(use ratio 1, or device \"nvme\", whose ratio splits between NVMe and pinned memory)");
   return in;
 }
 
@@ -213,25 +246,19 @@ Placement make_placement(PlacementInput in) {
   const std::size_t sd = dtype_size(i.state_dtype);
   const bool managed = i.ownership == Ownership::kManaged;
 
-  p.offloaded = i.optimizer_offload != OffloadDevice::kNone;
-  p.nvme_optimizer = i.optimizer_offload == OffloadDevice::kNvme;
   p.host_params = i.param_offload == OffloadDevice::kCpu;
   p.nvme_params = i.param_offload == OffloadDevice::kNvme;
-  // fp32 training keeps no master copy (the parameters are the master) unless the optimizer is
-  // offloaded: then the master lives with the optimizer state off the device.
-  p.separate_master = i.working != DType::kF32 || p.offloaded;
-  // ZeRO-Offload keeps the gradient partition with the optimizer on the host: in stages 2-3 the
-  // reduced shards are accumulated there as they complete. Stage 1 reduces whole gradients on the
-  // device at the boundary; its shard is staged chunk by chunk at the step.
-  p.grads_on_host = p.offloaded && pol.shard_gradients;
+  // fp32 training keeps no master copy for the units stepped on the device (the parameters are
+  // the master); an offloaded unit's master lives with its optimizer state off the device.
+  p.separate_master = i.working != DType::kF32;
   // Attach, W == R, A == 1: reduced in the trainer's buffer, unless frozen units cut it (the
   // trainable units' gradients are then not consecutive there: the engine accumulates them).
   p.grads_in_trainer = !managed && i.working == i.reduce && i.accumulation == 1 &&
                        std::none_of(i.units.begin(), i.units.end(), frozen_unit);
 
-  // ---- units: parameters, stepped ranges, gradients
+  // ---- units: parameters, stepped ranges
   p.units.resize(nu);
-  std::size_t whole = 0, sharded = 0, max_shard = 0, trainable_shard = 0, max_trainable = 0;
+  std::size_t whole = 0, sharded = 0, max_shard = 0, max_trainable = 0;
   for (std::size_t u = 0; u < nu; ++u) {
     const UnitLayout& ul = lay.units[u];
     UnitPlacement& up = p.units[u];
@@ -252,15 +279,48 @@ Placement make_placement(PlacementInput in) {
     }
     up.step_begin = pol.shard_optimizer ? static_cast<std::size_t>(i.rank) * ul.shard : 0;
     up.step_count = pol.shard_optimizer ? ul.shard : ul.padded;
-    // The trainable units, consecutive in the master, state and gradient arenas.
-    up.optim_offset = p.trainable_step;
-    up.grads_offset = pol.shard_gradients ? trainable_shard : p.trainable_padded;
     if (up.frozen) continue;
     p.trainable_step += up.step_count;
     p.trainable_padded += ul.padded;
-    trainable_shard += ul.shard;
     max_trainable = std::max(max_trainable, ul.padded);
     up.runs = group_runs(p.in, lay, static_cast<UnitId>(u), up.step_begin, up.step_count);
+  }
+
+  // ---- the optimizer's tier per unit (offload_optimizer.device and ratio)
+  // Offload to host memory: the device leads, pinned memory trails. To NVMe: pinned memory
+  // leads, the swap file trails (DeepSpeed's ratio on NVMe: the fraction in the file).
+  const bool nvme = i.optimizer_offload == OffloadDevice::kNvme;
+  const Tier lead = nvme ? Tier::kPinned : Tier::kDevice;
+  const Tier trail = nvme ? Tier::kNvme : Tier::kPinned;
+  const std::size_t cut = i.optimizer_offload == OffloadDevice::kNone
+                              ? nu
+                              : offload_cut(p.units, i.offload_ratio, p.trainable_step);
+  for (std::size_t u = 0; u < nu; ++u) {
+    UnitPlacement& up = p.units[u];
+    up.optim_tier = !up.frozen && u >= cut ? trail : lead;
+    if (up.frozen) continue;
+    if (u >= cut) p.offload_step += up.step_count;
+    p.on_device = p.on_device || up.optim_tier == Tier::kDevice;
+    p.offloaded = p.offloaded || up.optim_tier != Tier::kDevice;
+    p.nvme_optimizer = p.nvme_optimizer || up.optim_tier == Tier::kNvme;
+    // ZeRO-Offload keeps the gradient partition with the optimizer on the host: in stages 2-3
+    // the reduced shards are accumulated there as they complete. Stage 1 reduces whole
+    // gradients on the device at the boundary; its shard is staged chunk by chunk at the step.
+    up.grads_on_host = up.optim_tier != Tier::kDevice && pol.shard_gradients;
+  }
+
+  // ---- offsets in the tiers' arenas: the trainable units of each, consecutive in unit order
+  std::size_t device_step = 0, host_step = 0, device_grads = 0, host_grads = 0;
+  for (std::size_t u = 0; u < nu; ++u) {
+    UnitPlacement& up = p.units[u];
+    const std::size_t acc = pol.shard_gradients ? lay.units[u].shard : lay.units[u].padded;
+    const bool pinned = up.optim_tier == Tier::kPinned;
+    up.optim_offset = pinned ? host_step : device_step;
+    up.grads_offset = up.grads_on_host ? host_grads : device_grads;
+    if (up.frozen) continue;
+    if (up.optim_tier == Tier::kDevice) device_step += up.step_count;
+    if (pinned) host_step += up.step_count;
+    (up.grads_on_host ? host_grads : device_grads) += acc;
   }
 
   // ---- parameters
@@ -277,32 +337,37 @@ Placement make_placement(PlacementInput in) {
     if (i.host_accessible) p.gather_extra = p.param_file.staging_buffer_bytes;
   }
 
-  // ---- master and optimizer state
-  const std::size_t opt_elems = p.trainable_step;
-  const Tier opt_tier = p.offloaded ? Tier::kPinned : Tier::kDevice;
-  if (!p.nvme_optimizer) {
-    if (p.separate_master) p.master = on(opt_tier, MemCategory::kMasterParams, opt_elems * 4);
-    p.state = on(opt_tier, MemCategory::kOptimizerState, opt_elems * sd);
-  }
+  // ---- master and optimizer state, each tier's units in its arenas (the swap file: chunks)
+  if (p.separate_master) p.master = on(Tier::kDevice, MemCategory::kMasterParams, device_step * 4);
+  p.state = on(Tier::kDevice, MemCategory::kOptimizerState, device_step * sd);
+  p.host_master = on(Tier::kPinned, MemCategory::kMasterParams, host_step * 4);
+  p.host_state = on(Tier::kPinned, MemCategory::kOptimizerState, host_step * sd);
   if (p.offloaded) {
-    // A chunk never needs to be larger than the largest stepped range (DeepSpeed's buffer_size
-    // default of 1e8 elements would otherwise pin gigabytes for a small model).
+    // A chunk never needs to be larger than the largest offloaded range (DeepSpeed's
+    // buffer_size default of 1e8 elements would otherwise pin gigabytes for a small model).
     std::size_t max_range = 0;
     for (const UnitPlacement& up : p.units) {
-      if (!up.frozen) max_range = std::max(max_range, up.step_count);
-    }
-    p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
-    for (std::size_t u = 0; u < nu; ++u) {
-      p.unit_chunk.push_back(p.chunks.size());
-      const std::size_t range = p.units[u].frozen ? 0 : p.units[u].step_count;
-      for (std::size_t a = 0; a < range; a += p.chunk_elems) {
-        p.chunks.push_back({static_cast<UnitId>(u), a, std::min(p.chunk_elems, range - a)});
+      if (!up.frozen && up.optim_tier != Tier::kDevice) {
+        max_range = std::max(max_range, up.step_count);
       }
     }
+    p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
+  }
+  // The offloaded units' chunks, in unit order: the pinned tier's, then the swap file's.
+  for (std::size_t u = 0; u < nu; ++u) {
     p.unit_chunk.push_back(p.chunks.size());
+    const UnitPlacement& up = p.units[u];
+    const std::size_t range = up.frozen || up.optim_tier == Tier::kDevice ? 0 : up.step_count;
+    for (std::size_t a = 0; a < range; a += p.chunk_elems) {
+      p.chunks.push_back({static_cast<UnitId>(u), a, std::min(p.chunk_elems, range - a)});
+      if (up.optim_tier != Tier::kNvme) p.nvme_chunk = p.chunks.size();
+    }
+  }
+  p.unit_chunk.push_back(p.chunks.size());
+  if (p.offloaded) {
     // Persistent staging, one chunk per buffer: the gradient chunk where the gradients stay on
     // the device (stage 1), the updated 16-bit parameters (fp32: the master is copied directly).
-    if (!p.grads_on_host) {
+    if (!pol.shard_gradients) {
       p.staging_grad = on(Tier::kPinned, MemCategory::kOffloadStaging, p.chunk_elems * rs);
     }
     if (i.working != DType::kF32) {
@@ -310,7 +375,9 @@ Placement make_placement(PlacementInput in) {
     }
   }
   if (p.nvme_optimizer) {
-    for (const Chunk& c : p.chunks) p.optim_chunk_elems.push_back(c.count);
+    for (std::size_t c = p.nvme_chunk; c < p.chunks.size(); ++c) {
+      p.optim_chunk_elems.push_back(p.chunks[c].count);
+    }
     p.optim_parts = {{MemCategory::kMasterParams, 4}};
     for (int k = 0; k < i.num_states; ++k) {
       p.optim_parts.push_back({MemCategory::kOptimizerState, sd});
@@ -318,19 +385,19 @@ Placement make_placement(PlacementInput in) {
     p.optim_file = offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts);
   }
 
-  // ---- gradients
-  const std::size_t acc_elems = pol.shard_gradients ? trainable_shard : p.trainable_padded;
-  if (p.grads_on_host) {
-    p.grads = on(Tier::kPinned, MemCategory::kGradients, acc_elems * rs);
-  } else if (!p.grads_in_trainer) {
-    p.grads = on(Tier::kDevice, MemCategory::kGradients, acc_elems * rs);
-  }
+  // ---- gradients: the device's arena (none when reduced in the trainer's buffer) and the
+  // partition on the host
+  if (!p.grads_in_trainer) p.grads = on(Tier::kDevice, MemCategory::kGradients, device_grads * rs);
+  p.host_grads = on(Tier::kPinned, MemCategory::kGradients, host_grads * rs);
 
   // ---- buckets
   const bool bucketed = pol.shard_optimizer;  // stage 0 all-reduces everything at once
+  // A merged bucket's reduced part lands consecutively in one gradient arena: a bucket never
+  // spans the device's gradients and the host partition (partial offload, stages 2-3).
   p.reduce_buckets = make_buckets(
       lay, bucketed ? i.reduce_bucket : 0,
       [&](UnitId u) { return !p.units[static_cast<std::size_t>(u)].frozen; },
+      [&](UnitId u) { return p.grads_on_host(u); },
       [&](UnitId u, int b, std::size_t off) {
         p.units[static_cast<std::size_t>(u)].reduce_bucket = b;
         p.units[static_cast<std::size_t>(u)].reduce_offset = off;
@@ -341,14 +408,17 @@ Placement make_placement(PlacementInput in) {
         const UnitPlacement& up = p.units[static_cast<std::size_t>(u)];
         return bucketed && up.kept_whole && !up.frozen;  // a frozen unit is never updated
       },
+      [](UnitId) { return 0; },
       [&](UnitId u, int b, std::size_t off) {
         p.units[static_cast<std::size_t>(u)].gather_bucket = b;
         p.units[static_cast<std::size_t>(u)].gather_offset = off;
       });
   std::size_t max_reduce_bucket = 0, max_gather_bucket = 0, max_reduce_shard = 0;
+  std::size_t max_host_shard = 0;  // of the buckets reduced into the host partition
   const auto n = static_cast<std::size_t>(i.world_size);
   for (const Bucket& b : p.reduce_buckets) {
     max_reduce_shard = std::max(max_reduce_shard, b.shard);
+    if (p.grads_on_host(b.first)) max_host_shard = std::max(max_host_shard, b.shard);
     if (b.merged()) max_reduce_bucket = std::max(max_reduce_bucket, n * b.shard);
   }
   for (const Bucket& b : p.gather_buckets) {
@@ -386,9 +456,7 @@ Placement make_placement(PlacementInput in) {
 
   // ---- a discrete device: what the host needs from its memory lands in pinned memory first
   if (!i.host_accessible) {
-    if (p.grads_on_host) {
-      p.grad_landing = on(Tier::kPinned, MemCategory::kOffloadStaging, max_reduce_shard * rs);
-    }
+    p.grad_landing = on(Tier::kPinned, MemCategory::kOffloadStaging, max_host_shard * rs);
     p.stats_scratch = on(Tier::kDevice, MemCategory::kCommBuffers, 4 * (n + 1) * sizeof(float));
   }
   return p;

@@ -10,7 +10,16 @@
 //
 // Arenas: one buffer per kind for the whole run, units at offsets inside it (params_whole holds
 // every unit kept whole, params_shard every stage-3 shard, master / state / grads the stepped or
-// reduced ranges). Pools: equal buffers taken and given back during a micro-step.
+// reduced ranges; the optimizer's and the gradient partition's arenas one per tier, each unit in
+// its tier's). Pools: equal buffers taken and given back during a micro-step.
+//
+// Partial offload (offload_optimizer.ratio, DeepSpeed's meaning): each trainable unit's
+// optimizer state has one tier (UnitPlacement::optim_tier). The leading units stay on the lead
+// tier (the device; with nvme, pinned host memory), the trailing units whose stepped elements
+// come closest to `ratio` of this rank's stepped elements go to the trailing tier (pinned host
+// memory; with nvme, the swap file). A unit is the granularity of reduce, step and checkpoint,
+// so the cut falls between units; every rank's shards have the same sizes, so every rank cuts at
+// the same unit.
 //
 // Thread safety: a plain value.
 #pragma once
@@ -96,17 +105,23 @@ struct UnitPlacement {
   static constexpr std::size_t kNoSlot = std::numeric_limits<std::size_t>::max();
   std::size_t param_slot = kNoSlot;
   // The range this rank steps: the whole padded unit in stage 0, its shard otherwise; at
-  // optim_offset in the master and state arenas (and the optimizer swap file's chunks).
+  // optim_offset in its tier's master and state arenas (the swap file: its chunks' slots).
   std::size_t step_begin = 0;
   std::size_t step_count = 0;
   std::size_t optim_offset = 0;
+  // Where the master and optimizer state live and are stepped: kDevice (the device's fused
+  // step), kPinned or kNvme (the offloaded chunk pipeline). A frozen unit has none: it carries
+  // the lead tier.
+  Tier optim_tier = Tier::kDevice;
   // The stepped range by parameter group, in order, tiling it (one run without groups; none for a
   // frozen unit).
   std::vector<GroupRun> runs;
-  // The accumulated gradients: the whole unit (stages 0-1) or its shard (2-3) at grads_offset.
-  // The master, state and gradient arenas hold the trainable units only, consecutive in unit
-  // order.
+  // The accumulated gradients: the whole unit (stages 0-1) or its shard (2-3) at grads_offset
+  // in the device's gradient arena, or (grads_on_host: stages 2-3 with the unit's optimizer
+  // offloaded, ZeRO-Offload) in the pinned one. The master, state and gradient arenas hold the
+  // trainable units of their tier only, consecutive in unit order.
   std::size_t grads_offset = 0;
+  bool grads_on_host = false;
   // The reduce bucket and the offset in it; the post-step all-gather bucket (-1: not gathered
   // after the step: sharded stage-3 units, stage 0).
   int reduce_bucket = 0;
@@ -134,6 +149,7 @@ struct PlacementInput {
   std::vector<GroupSpan> group_spans;
   std::int64_t accumulation = 1;
   OffloadDevice optimizer_offload = OffloadDevice::kNone;
+  double offload_ratio = 1.0;  // offload_optimizer.ratio: the fraction on the trailing tier
   OffloadDevice param_offload = OffloadDevice::kNone;
   std::size_t offload_chunk = 0;    // offload_optimizer.buffer_size (elements)
   std::size_t offload_buffers = 0;  // offload_optimizer.buffer_count
@@ -156,7 +172,8 @@ struct PlacementInput {
 };
 
 // The placement input of `config` (every choice parsed once here). Throws kConfig for a
-// combination that cannot run (parameter offload to NVMe without optimizer offload).
+// combination that cannot run (parameter offload to NVMe without the whole optimizer off the
+// device).
 // How many ranks the engine shards over among `world_size`: zero_optimization.hybrid_shard_size
 // when set (hybrid sharding), else all of them. The engine's groups and the planner both ask here.
 int shard_width(const Config& config, int world_size);
@@ -177,25 +194,35 @@ struct Placement {
   std::vector<UnitPlacement> units;
 
   // Rules every room reads.
-  bool offloaded = false;        // the optimizer state is off the device (cpu or nvme)
-  bool nvme_optimizer = false;   // ... in a swap file
-  bool host_params = false;      // offload_param = cpu: stage-3 shards in pinned memory
-  bool nvme_params = false;      // offload_param = nvme: stage-3 shards in a swap file
-  bool separate_master = false;  // an fp32 master apart from the parameters
-  bool grads_on_host = false;    // ZeRO-Offload: the gradient partition with the optimizer
+  bool on_device = false;       // some unit's optimizer state is on the device
+  bool offloaded = false;       // some unit's optimizer state is off it (pinned or NVMe)
+  bool nvme_optimizer = false;  // ... in a swap file
+  bool host_params = false;     // offload_param = cpu: stage-3 shards in pinned memory
+  bool nvme_params = false;     // offload_param = nvme: stage-3 shards in a swap file
+  // An fp32 master apart from the parameters for the units on the device (16-bit training; in
+  // fp32 training the working shard is their master). Offloaded units always have one.
+  bool separate_master = false;
   // Attach, W == R, no accumulation, nothing frozen: reduced in the trainer's buffer.
   bool grads_in_trainer = false;
   // Padded elements of the trainable units (the whole-unit gradient extent: stage 0's
   // all-reduce), and of their stepped ranges (this rank's master / state elements).
   std::size_t trainable_padded = 0;
   std::size_t trainable_step = 0;
+  // Of trainable_step, the elements on the trailing tier (offload_optimizer.ratio's cut: what
+  // the ratio achieved is offload_step / trainable_step).
+  std::size_t offload_step = 0;
 
-  // Arenas. `state` is the shape of each of num_states optimizer-state arenas.
-  Arena params_whole, params_shard, master, state, grads;
-  // Optimizer offload: the chunks (unit by unit; unit u's are [unit_chunk[u], unit_chunk[u+1]))
-  // and offload_buffers staging buffers of each of these (bytes 0: none).
+  // Arenas. `state` is the shape of each of num_states optimizer-state arenas. master / state:
+  // the units on the device; host_master / host_state: those in pinned host memory. grads: the
+  // accumulated gradients on the device; host_grads: the gradient partition on the host.
+  Arena params_whole, params_shard, master, state, host_master, host_state, grads, host_grads;
+  // Optimizer offload: the chunks of the offloaded units (unit by unit; unit u's are
+  // [unit_chunk[u], unit_chunk[u+1]), none for a unit on the device), those in pinned memory
+  // first, the swap file's from nvme_chunk on (slot c - nvme_chunk), and offload_buffers staging
+  // buffers of each of these (bytes 0: none).
   std::vector<Chunk> chunks;
   std::vector<std::size_t> unit_chunk;
+  std::size_t nvme_chunk = 0;
   std::size_t chunk_elems = 0;
   Arena staging_grad, staging_param;
   std::vector<std::size_t> optim_chunk_elems;  // per swap-file slot (nvme)
@@ -240,7 +267,14 @@ struct Placement {
     }
   }
   bool shard_on_nvme(UnitId u) const { return nvme_params && !unit(u).kept_whole; }
-  // The stepped gradient of unit u in the grads arena (elements).
+  Tier optim_tier(UnitId u) const { return unit(u).optim_tier; }
+  // Whether unit u's stepped master is an array of its own (else the working shard is it).
+  bool master_apart(UnitId u) const {
+    return separate_master || unit(u).optim_tier != Tier::kDevice;
+  }
+  // Where unit u's accumulated gradients are: pinned host memory, else the device.
+  bool grads_on_host(UnitId u) const { return unit(u).grads_on_host; }
+  // The stepped gradient of unit u in its gradient arena (grads, or host_grads: elements).
   std::size_t step_grads_offset(UnitId u) const {
     const UnitPlacement& p = unit(u);
     return p.grads_offset + (in.policy.shard_gradients ? 0 : p.step_begin);
@@ -252,7 +286,10 @@ struct Placement {
     f(params_shard, 1);
     f(master, 1);
     f(state, static_cast<std::size_t>(in.num_states));
+    f(host_master, 1);
+    f(host_state, static_cast<std::size_t>(in.num_states));
     f(grads, 1);
+    f(host_grads, 1);
     f(staging_grad, in.offload_buffers);
     f(staging_param, in.offload_buffers);
     f(param_window, 1);

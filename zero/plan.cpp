@@ -15,7 +15,7 @@ namespace zero {
 
 FormulaBytes zero_formula(double psi, int ranks, int stage, double w, double g, double k,
                           bool offload_optimizer, bool offload_params,
-                          std::optional<double> psi_trainable) {
+                          std::optional<double> psi_trainable, double offload_fraction) {
   const double n = ranks, trained = psi_trainable.value_or(psi);
   const detail::StagePolicy policy = detail::StagePolicy::of(stage);
   FormulaBytes f;
@@ -23,11 +23,13 @@ FormulaBytes zero_formula(double psi, int ranks, int stage, double w, double g, 
   f.grads = g * trained / (policy.shard_gradients ? n : 1.0);
   f.optimizer = k * trained / (policy.shard_optimizer ? n : 1.0);
   if (offload_optimizer) {
-    f.offloaded += f.optimizer;
-    f.optimizer = 0;
+    const double moved = offload_fraction * f.optimizer;
+    f.offloaded += moved;
+    f.optimizer -= moved;
     if (policy.shard_gradients) {  // ZeRO-Offload keeps the gradient partition on the host
-      f.offloaded += f.grads;
-      f.grads = 0;
+      const double moved_grads = offload_fraction * f.grads;
+      f.offloaded += moved_grads;
+      f.grads -= moved_grads;
     }
   }
   if (offload_params && policy.shard_params) {
@@ -78,6 +80,8 @@ PlanResult plan_of(const Placement& p, const std::vector<UnitId>& gather_order, 
   }
   out.psi_padded = p.layout.total_padded;
   out.psi_trainable_padded = p.trainable_padded;
+  out.stepped = p.trainable_step;
+  out.stepped_offloaded = p.offload_step;
   auto add = [&](MemCategory c, detail::Tier tier, std::size_t bytes) {
     const auto i = static_cast<std::size_t>(c);
     if (tier == detail::Tier::kNvme) {

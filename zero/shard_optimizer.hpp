@@ -2,9 +2,10 @@
 // fp32 master and the optimizer states over every unit's stepped range, and the step that
 // updates them. Two implementations, chosen once from the placement by make_shard_optimizer():
 // on the compute device (DeviceOptimizer, zero/device_optimizer.hpp) and off it, in pinned host
-// memory or NVMe files (OffloadedOptimizer, zero/offloaded_optimizer.hpp). The engine steps,
-// checkpoints and observes the optimizer through this interface only; nothing above it branches
-// on the tier.
+// memory or NVMe files (OffloadedOptimizer, zero/offloaded_optimizer.hpp); with a partial
+// offload (offload_optimizer.ratio) both, behind one that steps both and sends everything else
+// to the unit's tier (zero/shard_optimizer.cpp). The engine steps, checkpoints and observes the
+// optimizer through this interface only; nothing above it branches on the tier.
 //
 // Thread safety: belongs to one rank's engine; used from the rank's thread.
 #pragma once
@@ -51,8 +52,8 @@ class ShardOptimizer {
   virtual void step(const std::vector<OptimizerParams>& groups, std::int64_t step,
                     float grad_scale) = 0;
 
-  // The master / state k of unit u's stepped range where the tier gives a pointer (device or
-  // pinned memory); kInvalidArgument naming the tier with NVMe (use the copies).
+  // The master / state k of unit u's stepped range where its tier gives a pointer (device or
+  // pinned memory); kInvalidArgument naming the tier when unit u's are in NVMe (use the copies).
   virtual float* master(UnitId u) = 0;
   virtual char* state(UnitId u, int k) = 0;
   // Copies of unit u's stepped master / state k to host memory `out`, from whichever tier.
@@ -66,8 +67,10 @@ class ShardOptimizer {
   virtual void load_unit(UnitId u, const float* master, const void* const* states) = 0;
 };
 
-// The optimizer the placement asks for (placement.offloaded: off the device). `placement`, `dev`,
-// `host`, `params`, `tracker`, `access` and the observer's tracer and counters outlive it.
+// The optimizer the placement asks for: on the device, off it (placement.offloaded), or both
+// (placement.on_device too: a partial offload, each unit stepped and kept where its optim_tier
+// says). `placement`, `dev`, `host`, `params`, `tracker`, `access` and the observer's tracer and
+// counters outlive it.
 std::unique_ptr<ShardOptimizer> make_shard_optimizer(const Placement& placement, DeviceOps& dev,
                                                      const CpuOptimizer& host,
                                                      const OptimizerParams& params,

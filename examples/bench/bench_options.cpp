@@ -18,7 +18,9 @@ const char* const kUsage =
                           config (the config's number_checkpoints); default none,sqrt, or
                           none,config when the config sets number_checkpoints; the config's
                           cpu_checkpointing applies to every policy
-  --offload L             optimizer offload per run: none, cpu, nvme (default none,cpu,nvme)
+  --offload L             optimizer offload per run: none, cpu, nvme (default none,cpu,nvme);
+                          cpu:R / nvme:R offload the fraction R of the optimizer state
+                          (offload_optimizer.ratio; nvme: R on NVMe, the rest in pinned memory)
   --nvme-path DIR         swap files for --offload nvme (default /tmp)
   --memory-budget B       cap each rank's memory (e.g. 512M); NVMe files are not counted
   --layers L --dim D --heads H --seq T   the GPT model (default 6, 192, 4, 64)
@@ -141,18 +143,40 @@ Options parse(int argc, char** argv) {
   for (const auto& c : o.checkpoints) {
     if (c != "config") (void)CheckpointSpec::parse(c);
   }
-  for (const auto& f : o.offloads) {
-    if (f != "none" && f != "cpu" && f != "nvme") {
-      usage_error("--offload takes none, cpu or nvme, got '" + f + "'");
-    }
-  }
+  for (const auto& f : o.offloads) (void)parse_offload(f);
   (void)parse_dtype(o.dtype);
   (void)parse_dtype(o.reduce_dtype);
   return o;
 }
 
-Config make_config(const Options& o, int stage, const std::string& offload, int hybrid,
+OffloadChoice parse_offload(const std::string& item) {
+  OffloadChoice c;
+  const std::size_t colon = item.find(':');
+  c.device = item.substr(0, colon);
+  if (c.device != "none" && c.device != "cpu" && c.device != "nvme") {
+    usage_error("--offload takes none, cpu, nvme, cpu:R or nvme:R, got '" + item + "'");
+  }
+  if (colon == std::string::npos) return c;
+  const std::string r = item.substr(colon + 1);
+  std::size_t used = 0;
+  try {
+    c.ratio = std::stod(r, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (c.device == "none" || used == 0 || used != r.size() || !(c.ratio >= 0.0 && c.ratio <= 1.0)) {
+    usage_error("--offload " + item +
+                ": R (offload_optimizer.ratio) must be a number in [0, 1] "
+                "after cpu: or nvme:");
+  }
+  c.ratio_given = true;
+  return c;
+}
+
+Config make_config(const Options& o, int stage, const std::string& offload_item, int hybrid,
                    bool quantized) {
+  const OffloadChoice choice = parse_offload(offload_item);
+  const std::string& offload = choice.device;
   ConfigBuilder b;
   // The harness's default: stage 3 prefetches one unit ahead (DeepSpeed's 5e7 elements would
   // prefetch the whole of a small model). --config / --set / the environment override it.
@@ -183,6 +207,10 @@ Config make_config(const Options& o, int stage, const std::string& offload, int 
       b.set("zero_optimization.offload_optimizer.nvme_path=" + o.nvme_path, "zero-bench");
       b.set("zero_optimization.offload_optimizer.pipeline_read=true", "zero-bench");
       b.set("zero_optimization.offload_optimizer.pipeline_write=true", "zero-bench");
+    }
+    if (choice.ratio_given) {
+      b.set("zero_optimization.offload_optimizer.ratio=" + std::to_string(choice.ratio),
+            "zero-bench");
     }
   }
   return b.build();

@@ -42,6 +42,15 @@ struct Options {
 // The flags (kInvalidArgument naming the flag on a bad one).
 Options parse(int argc, char** argv);
 
+// One item of --offload: "none", "cpu", "nvme", or "cpu:R" / "nvme:R" (a partial offload:
+// zero_optimization.offload_optimizer.ratio = R, in [0, 1]). kInvalidArgument naming --offload.
+struct OffloadChoice {
+  std::string device = "none";
+  double ratio = 1.0;
+  bool ratio_given = false;
+};
+OffloadChoice parse_offload(const std::string& item);
+
 // The configuration of one run: the user's file / --set, then the harness's choices.
 Config make_config(const Options& o, int stage, const std::string& offload = "none", int hybrid = 0,
                    bool quantized = false);

@@ -174,16 +174,33 @@ std::string format_config(const ConfigFigures& c) {
                 mib(static_cast<double>(r0.model_state())).c_str(), mib(c.formula.total()).c_str(),
                 ratio(static_cast<double>(r0.model_state()), c.formula.total()).c_str());
   os << line;
+  std::size_t plan_pinned = 0, plan_nvme = 0;
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    plan_pinned += c.plan.pinned[k];
+    plan_nvme += c.plan.nvme[k];
+  }
   std::snprintf(
       line, sizeof line,
-      "where the bytes are (rank 0, current): device/host %s, pinned host %s, NVMe %s%s\n",
+      "where the bytes are (rank 0, current): device/host %s, pinned host %s (predicted %s), "
+      "NVMe %s (predicted %s)%s\n",
       mib(static_cast<double>(r0.tier(MemTier::kDevice) + r0.tier(MemTier::kHost))).c_str(),
       mib(static_cast<double>(r0.tier(MemTier::kPinned))).c_str(),
+      mib(static_cast<double>(plan_pinned)).c_str(),
       mib(static_cast<double>(r0.tier(MemTier::kNvme))).c_str(),
-      c.offload == "cpu" ? " (CPU-only run: pinned is the same RAM; host offload saves"
-                           " nothing here)"
-                         : "");
+      mib(static_cast<double>(plan_nvme)).c_str(),
+      c.offload.rfind("cpu", 0) == 0 ? " (CPU-only run: pinned is the same RAM; host offload saves"
+                                       " nothing here)"
+                                     : "");
   os << line;
+  if (c.offload != "none" && !c.offload.empty()) {
+    // offload_optimizer.ratio as the placement cut it (by unit): the planner's figure.
+    std::snprintf(
+        line, sizeof line, "optimizer offload %s: %zu of %zu stepped elements per rank %s (%.3f)\n",
+        c.offload.c_str(), c.plan.stepped_offloaded, c.plan.stepped,
+        c.offload.rfind("nvme", 0) == 0 ? "in the NVMe file, the rest pinned" : "off the device",
+        c.plan.offload_fraction());
+    os << line;
+  }
   for (const auto& r : c.per_rank) {
     std::snprintf(line, sizeof line,
                   "  rank %d: model states %s, peak %s, step %.1f ms, comm %s/step (%.1f ms "
@@ -312,6 +329,15 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
         nvme[std::string(to_string(static_cast<MemCategory>(k)))] = c.plan.nvme[k];
     }
     pred["nvme"] = nvme;
+    json pinned;
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      if (c.plan.pinned[k] > 0)
+        pinned[std::string(to_string(static_cast<MemCategory>(k)))] = c.plan.pinned[k];
+    }
+    pred["pinned"] = pinned;
+    // offload_optimizer.ratio as cut: of this rank's stepped elements, those offloaded.
+    pred["stepped"] = c.plan.stepped;
+    pred["stepped_offloaded"] = c.plan.stepped_offloaded;
     pred["activations_peak"] = c.predicted_activations;
     pred["other"] = c.predicted_other;
     pred["total"] = c.predicted_total();

@@ -48,7 +48,7 @@ struct RankFigures {
 struct ConfigFigures {
   int stage = 0;
   std::string checkpoint;        // "none", "sqrt", ...
-  std::string offload = "none";  // optimizer offload: none | cpu | nvme
+  std::string offload = "none";  // optimizer offload: none | cpu | nvme | cpu:R | nvme:R
   int hybrid = 0;                // hybrid sharding over groups of this many ranks (0: none)
   bool quantized = false;        // stage 3 with qwZ + qgZ (int8 collectives)
   int ranks = 1;

@@ -97,6 +97,14 @@ struct MetricsLog {
   std::ofstream out;
 };
 
+// Of the optimizer state (and the stages 2-3 gradient partition), the fraction off the compute
+// device: offload_optimizer.ratio with device cpu; all of it with nvme (the ratio splits it
+// between the file and pinned memory, both off the device).
+double device_offload_fraction(const Config& cfg) {
+  const OffloadConfig& oo = cfg.zero_optimization.offload_optimizer;
+  return oo.device == OffloadDevice::kCpu ? oo.ratio : 1.0;
+}
+
 // One configuration's run. trace_path non-empty: with the timeline recorded and written there.
 // step_done (if set) is called by rank 0 with the steps done after each step (the progress).
 // One configuration's run (`kind`: its stage, checkpointing, offload and hybrid group size).
@@ -165,7 +173,8 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   const DType w = parse_dtype(o.dtype), r = parse_dtype(o.reduce_dtype);
   c.formula = zero_formula(static_cast<double>(c.params), sharded, stage,
                            static_cast<double>(dtype_size(w)), static_cast<double>(dtype_size(r)),
-                           12, offload != "none", false, static_cast<double>(c.trainable_params));
+                           12, offload != "none", false, static_cast<double>(c.trainable_params),
+                           device_offload_fraction(cfg));
   c.per_rank.resize(static_cast<std::size_t>(n));
   std::mutex mu;
 

@@ -53,9 +53,12 @@ struct OffloadConfig {
   std::int64_t buffer_size = 100'000'000;       // elements per staging buffer (offload_param)
   bool pipeline_read = false;                   // nvme: read chunk i+1 while stepping chunk i
   bool pipeline_write = false;                  // nvme: write chunk i-1 while stepping chunk i
-  double ratio = 1.0;                           // offload_optimizer: fraction of state offloaded
-  std::int64_t max_in_cpu = 1'000'000'000;      // offload_param: elements kept in host memory
-  bool fast_init = false;                       // accepted for compatibility; no effect
+  // offload_optimizer: the fraction of each rank's optimizer state (and step) offloaded, in
+  // [0, 1] (DeepSpeed's meaning): the trailing units whose stepped elements come closest to it;
+  // the leading ones stay on the device (nvme: in pinned host memory). 1: all of it.
+  double ratio = 1.0;
+  std::int64_t max_in_cpu = 1'000'000'000;  // offload_param: elements kept in host memory
+  bool fast_init = false;                   // accepted for compatibility; no effect
   bool enabled() const { return device != OffloadDevice::kNone; }
 };
 

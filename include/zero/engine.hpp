@@ -328,7 +328,8 @@ class Engine {
 
   // This rank's shards with their parameter ranges (see ParamShard), and raw access to the
   // shard arrays of unit u (f32 master; optimizer state k; null when the stage keeps none).
-  // With NVMe offload the arrays are in files: these throw kInvalidArgument; use the copies.
+  // Where unit u's are in NVMe files (offload to NVMe; with a partial offload, the units the
+  // file holds) these throw kInvalidArgument; use the copies.
   // Without offload they are in the engine's device memory (device pointers on CUDA).
   std::vector<ParamShard> param_shards() const;
   const float* master_shard(UnitId u) const;

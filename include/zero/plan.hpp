@@ -37,11 +37,14 @@ struct FormulaBytes {
   double total() const { return params + grads + optimizer; }
 };
 // psi_trainable: of psi, the trainable parameters (frozen ones have parameters only: no
-// gradients, master or optimizer state); default all.
+// gradients, master or optimizer state); default all. offload_fraction: with offload_optimizer,
+// the fraction of the optimizer part (and of the gradient partition with it) that moves
+// (offload_optimizer.ratio with device cpu); default all.
 FormulaBytes zero_formula(double psi, int ranks, int stage, double w = 2, double g = 2,
                           double k = 12, bool offload_optimizer = false,
                           bool offload_params = false,
-                          std::optional<double> psi_trainable = std::nullopt);
+                          std::optional<double> psi_trainable = std::nullopt,
+                          double offload_fraction = 1.0);
 
 struct PlanInput {
   std::vector<UnitSpec> units;
@@ -71,6 +74,14 @@ struct PlanResult {
   std::size_t psi_padded = 0;  // with the layout's padding
   // Of psi_padded, the trainable units' (frozen units: no gradients, master or state).
   std::size_t psi_trainable_padded = 0;
+  // The optimizer's partial offload as the placement cut it (offload_optimizer.ratio): of this
+  // rank's stepped elements (master and state), those on the trailing tier (offloaded; with
+  // nvme, in the swap file). offload_fraction() is what the ratio achieved.
+  std::size_t stepped = 0, stepped_offloaded = 0;
+  double offload_fraction() const {
+    return stepped == 0 ? 0.0
+                        : static_cast<double>(stepped_offloaded) / static_cast<double>(stepped);
+  }
   std::vector<std::size_t> unit_padded;  // padded elements per unit
   std::size_t largest_unit = 0;          // padded elements of the largest unit
   std::string largest_unit_name;

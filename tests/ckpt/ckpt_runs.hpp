@@ -80,13 +80,14 @@ inline std::vector<float> train_steps(Engine& e, const Mlp& mlp, int from, int t
   return losses;
 }
 
-// One rank's engine of the MLP (kDims): declared, and initialised from `seed` — 42, the runs'
-// (what a checkpoint saves); another, a fresh engine whose values a load or an import must
-// replace; nullopt, declared only. It is the Engine, so everything that takes one takes it.
+// One rank's engine of the MLP (`dims`, default kDims): declared, and initialised from `seed` — 42,
+// the runs' (what a checkpoint saves); another, a fresh engine whose values a load or an import
+// must replace; nullopt, declared only. It is the Engine, so everything that takes one takes it.
 struct MlpEngine : Engine {
-  const Mlp mlp{kDims};
-  MlpEngine(Communicator& comm, const Config& config, std::optional<std::uint64_t> seed)
-      : Engine(comm, config) {
+  const Mlp mlp;
+  MlpEngine(Communicator& comm, const Config& config, std::optional<std::uint64_t> seed,
+            const std::vector<int>& dims = kDims)
+      : Engine(comm, config), mlp(dims) {
     mlp.declare(*this);
     if (seed) mlp.init(*this, *seed);
   }
@@ -188,7 +189,7 @@ struct RankRun {
 
 // One rank of the uninterrupted run: init, `steps` steps.
 inline RankRun run_straight(Communicator& comm, const RunSpec& s, int steps) {
-  MlpEngine e(comm, make_config(s), 42);
+  MlpEngine e(comm, make_config(s), 42, s.dims);
   RankRun r;
   r.losses = e.train(0, steps, s.accumulation);
   r.params = read_params(e);
@@ -202,7 +203,7 @@ inline RankRun run_straight(Communicator& comm, const RunSpec& s, int steps) {
 inline RankRun train_and_save(const RunSpec& s, int steps, const std::string& dir,
                               const std::string& trainer = {}) {
   return on_ranks<RankRun>(s.ranks, [&](Communicator& comm) {
-    MlpEngine e(comm, make_config(s), 42);
+    MlpEngine e(comm, make_config(s), 42, s.dims);
     RankRun r;
     r.losses = e.train(0, steps, s.accumulation);
     ckpt::Saver(e, {.dir = dir}).save(trainer);
@@ -216,7 +217,7 @@ inline RankRun train_and_save(const RunSpec& s, int steps, const std::string& di
 // the full state at the save.
 inline FullState run_and_save(Communicator& comm, const RunSpec& s, int k, const std::string& dir,
                               bool async, const std::string& trainer = "data@k") {
-  MlpEngine e(comm, make_config(s), 42);
+  MlpEngine e(comm, make_config(s), 42, s.dims);
   e.train(0, k, s.accumulation);
   FullState at_save = full_state(e);
   ckpt::Saver saver(e, {.dir = dir, .keep = 2, .async = async});
@@ -235,7 +236,7 @@ struct Resumed {
   ckpt::LoadResult info;
 };
 inline Resumed run_resumed(Communicator& comm, const RunSpec& s, int to, const std::string& dir) {
-  MlpEngine e(comm, make_config(s), 7);
+  MlpEngine e(comm, make_config(s), 7, s.dims);
   Resumed r;
   r.info = ckpt::load(e, dir);
   r.loaded = full_state(e);

@@ -2,7 +2,8 @@
 // uninterrupted run at the same world size (every stage, f32 / bf16 / fp16, optimizer offload
 // cpu / nvme, parameter offload, synchronous and asynchronous saves); at another world size
 // the loaded state is bitwise the saved one and the continued run within the tolerance of its
-// other reduction order. Plus keep-K, the `latest` pointer and the offline tools.
+// other reduction order; saved at one partial-offload ratio (offload_optimizer.ratio) and
+// resumed at another, bitwise. Plus keep-K, the `latest` pointer and the offline tools.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -107,6 +108,73 @@ std::vector<Case> same_size_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Ckpt, SameWorldSize, ::testing::ValuesIn(same_size_cases()),
                          [](const auto& info) { return name_of(info.param); });
+
+// ---- another partial-offload ratio (offload_optimizer.ratio): the checkpoint goes through the
+// shard optimizer's copies and loads, each unit from and to its tier, so a run saved with some
+// units on the device, in pinned memory or NVMe resumes with them elsewhere, bitwise the
+// uninterrupted run (which is itself bitwise the same at every ratio).
+
+struct RatioMove {
+  int stage;
+  DType dtype;
+  std::string from, to;  // optimizer offload device: none | cpu | nvme
+  double from_ratio, to_ratio;
+};
+
+class OtherRatio : public ::testing::TestWithParam<RatioMove> {};
+
+TEST_P(OtherRatio, ResumedRunIsBitwiseTheUninterruptedOne) {
+  const RatioMove& c = GetParam();
+  TempDir dir("ratio");
+  TempDir swap("ratio-swap");
+  // Six units of different sizes, so that the ratios cut at different units.
+  auto spec = [&](const std::string& device, double ratio) {
+    RunSpec s{.stage = c.stage, .ranks = 2, .dtype = c.dtype, .clip = true};
+    s.dims = {5, 11, 22, 7, 16, 9, 4};
+    if (device != "none") {
+      s.offload_buffers = 2;
+      s.offload_chunk = 50;
+      s.offload_device = device;
+      s.offload_ratio = ratio;
+      s.nvme_path = swap.str();
+    }
+    return s;
+  };
+  const RunSpec a = spec(c.from, c.from_ratio), b = spec(c.to, c.to_ratio);
+  const RankRun straight = on_ranks<RankRun>(
+      2, [&](Communicator& comm) { return testing::run_straight(comm, b, 2 * kHalf); });
+  const FullState saved = on_ranks<FullState>(2, [&](Communicator& comm) {
+    return testing::run_and_save(comm, a, kHalf, dir.str(), false);
+  });
+  const Resumed resumed = on_ranks<Resumed>(
+      2, [&](Communicator& comm) { return testing::run_resumed(comm, b, 2 * kHalf, dir.str()); });
+  EXPECT_TRUE(testing::bitwise_equal(resumed.loaded, saved)) << "the loaded state";
+  EXPECT_TRUE(testing::bitwise_equal(resumed.run.params, straight.params)) << "parameters at 2k";
+  EXPECT_TRUE(testing::bitwise_equal(resumed.run.state, straight.state)) << "state at 2k";
+  ASSERT_EQ(resumed.run.losses.size(), static_cast<std::size_t>(kHalf));
+  for (std::size_t i = 0; i < resumed.run.losses.size(); ++i) {
+    EXPECT_EQ(resumed.run.losses[i], straight.losses[kHalf + i]) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ckpt, OtherRatio,
+                         ::testing::Values(RatioMove{2, DType::kF32, "cpu", "cpu", 0.5, 0.25},
+                                           RatioMove{2, DType::kBF16, "cpu", "cpu", 1.0, 0.0},
+                                           RatioMove{3, DType::kBF16, "cpu", "cpu", 0.25, 1.0},
+                                           RatioMove{1, DType::kBF16, "cpu", "nvme", 0.5, 0.5},
+                                           RatioMove{3, DType::kF32, "nvme", "nvme", 0.25, 0.75},
+                                           RatioMove{2, DType::kBF16, "nvme", "cpu", 0.5, 0.25},
+                                           RatioMove{3, DType::kBF16, "none", "nvme", 1.0, 0.5},
+                                           RatioMove{2, DType::kF32, "cpu", "none", 0.5, 1.0}),
+                         [](const auto& info) {
+                           const RatioMove& m = info.param;
+                           auto pct = [](double r) {
+                             return std::to_string(static_cast<int>(r * 100));
+                           };
+                           return "stage" + std::to_string(m.stage) + "_" +
+                                  std::string(to_string(m.dtype)) + "_" + m.from +
+                                  pct(m.from_ratio) + "_to_" + m.to + pct(m.to_ratio);
+                         });
 
 // ---- another world size (and stage)
 

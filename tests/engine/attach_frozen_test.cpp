@@ -13,7 +13,10 @@
 //    tracker's gradient / master / state bytes are the trainable elements' (what the managed
 //    run holds), where the same buffer without frozen ranges holds every element's;
 //  - bad ranges are errors naming the range: outside the buffer, a boundary off the grid (with the
-//    grid and the nearest boundaries), and attach_groups outside the buffer.
+//    grid and the nearest boundaries), and attach_groups outside the buffer;
+//  - the units the frozen ranges cut are what a partial optimizer offload (offload_optimizer.ratio)
+//    splits: the trailing adapters' state pinned, the leading ones' on the device, the buffer
+//    bitwise the run without offload (stages 1-2, the gradients whole on the device).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -276,6 +279,54 @@ TEST(AttachFrozen, ReductionAndStateHoldTheTrainableElementsOnly) {
           }
         });
       });
+    }
+  }
+}
+
+TEST(AttachFrozen, PartialOptimizerOffloadSplitsTheAttachedUnitsBitwise) {
+  for (bool bf16 : {false, true}) {
+    for (int stage : {1, 2}) {
+      const Config cfg = config_for(stage, bf16);
+      std::vector<float> ref;
+      ThreadGroup::run(2, [&](Communicator& comm) {
+        std::vector<float> a =
+            bf16 ? train_attached<std::uint16_t>(comm, cfg, true, kSteps, [](Engine&) {})
+                 : train_attached<float>(comm, cfg, true, kSteps, [](Engine&) {});
+        if (comm.rank() == 0) ref = std::move(a);
+      });
+      std::size_t last_pinned = 0;
+      for (double ratio : {0.0, 0.25, 0.5, 1.0}) {
+        Config off = cfg;
+        off.zero_optimization.offload_optimizer.device = OffloadDevice::kCpu;
+        off.zero_optimization.offload_optimizer.ratio = ratio;
+        off.zero_optimization.offload_optimizer.buffer_count = 2;
+        off.zero_optimization.offload_optimizer.buffer_size = 7;
+        const std::string what = std::string(bf16 ? "bf16" : "f32") + " stage " +
+                                 std::to_string(stage) + " ratio " + std::to_string(ratio);
+        std::vector<float> got;
+        std::size_t pinned = 0, on_device = 0;
+        ThreadGroup::run(2, [&](Communicator& comm) {
+          std::vector<float> a;
+          auto seen = [&](Engine& e) {
+            pinned = e.tracker().current(MemCategory::kOptimizerState, MemTier::kPinned);
+            on_device = e.tracker().current(MemCategory::kOptimizerState) - pinned;
+          };
+          a = bf16 ? train_attached<std::uint16_t>(comm, off, true, kSteps, seen)
+                   : train_attached<float>(comm, off, true, kSteps, seen);
+          if (comm.rank() == 0) got = std::move(a);
+        });
+        ASSERT_EQ(got.size(), ref.size()) << what;
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          ASSERT_TRUE(same_bits(got[i], ref[i])) << what << ": element " << i;
+        }
+        // The state moves to the pinned tier unit by unit as the ratio grows: none at 0, all at 1.
+        if (ratio == 0.0) EXPECT_EQ(pinned, 0u) << what;
+        if (ratio == 1.0) EXPECT_EQ(on_device, 0u) << what;
+        if (ratio == 0.5) EXPECT_GT(on_device, 0u) << what;
+        EXPECT_GE(pinned, last_pinned) << what;
+        if (ratio > 0.0) EXPECT_GT(pinned, 0u) << what;
+        last_pinned = pinned;
+      }
     }
   }
 }

@@ -1,7 +1,9 @@
 // The engine on a CUDA device (NCCL at world size 1: one H200 per machine here, and NCCL refuses
 // two ranks on one GPU). Its kernels apply the CPU path's per-element math, so without clipping
 // (the norm is the one reduction whose order differs between CPU and GPU) a CUDA run gives
-// bitwise the parameters of the CPU engine, for every stage, dtype, accumulation and offload;
+// bitwise the parameters of the CPU engine, for every stage, dtype, accumulation and offload
+// (also a partial one, offload_optimizer.ratio 0.5: the leading unit stepped by the device's
+// kernel, the trailing one by the CPU Adam, in the same step);
 // with clipping, stage k on the GPU gives bitwise stage 0 on the GPU. Skips, saying why, without
 // a device.
 #include <gtest/gtest.h>
@@ -42,17 +44,19 @@ TEST(EngineCuda, TrainsBitwiseLikeTheCpuEngineWithoutClipping) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int stage : {0, 1, 2, 3}) {
       for (int accumulation : {1, 3}) {
-        for (const char* offload : {"none", "cpu"}) {
+        for (const char* offload : {"none", "cpu", "cpu:0.5"}) {
           RunSpec s{.stage = stage,
                     .ranks = 1,
                     .dtype = dt,
                     .accumulation = accumulation,
                     .clip = false,
                     .overlap = stage == 3};
-          if (std::string(offload) == "cpu") {
+          if (std::string(offload) != "none") {
             if (stage == 0) continue;
+            if (std::string(offload) == "cpu:0.5" && accumulation > 1) continue;
             s.offload_buffers = 2;
             s.offload_chunk = 100;
+            s.offload_ratio = std::string(offload) == "cpu" ? 1.0 : 0.5;
           }
           const RunResult cpu = testing::train(s);
           const RunResult gpu = train_on_gpu(s);
@@ -72,7 +76,7 @@ TEST(EngineCuda, TrainsBitwiseLikeTheCpuEngineWithoutClipping) {
       }
     }
   }
-  EXPECT_EQ(runs, 3 * (2 + 3 * 2 * 2));
+  EXPECT_EQ(runs, 3 * (2 + 3 * (2 * 2 + 1)));
 }
 
 TEST(EngineCuda, EveryStageMatchesStageZeroBitwiseWithClipping) {

@@ -45,6 +45,9 @@ struct RunSpec {
   bool pipeline = true;
   std::string aio_engine = "io_uring";
   std::string offload_param = "none";  // stage 3: offload_param.device
+  double offload_ratio = 1.0;          // offload_optimizer.ratio (with offload_buffers > 0)
+  // The MLP's layer widths (a unit per layer).
+  std::vector<int> dims = kDims;
   // zero_optimization.reduce_bucket_size / allgather_bucket_size (0: a collective per unit).
   long reduce_bucket = 0;
   long allgather_bucket = 0;
@@ -79,7 +82,8 @@ inline Config make_config(const RunSpec& s) {
                  s.nvme_path + R"(", "pipeline_read": )" + (s.pipeline ? "true" : "false") +
                  R"(, "pipeline_write": )" + (s.pipeline ? "true" : "false") +
                  R"(, "buffer_count": )" + std::to_string(s.offload_buffers) +
-                 R"(, "buffer_size": )" + std::to_string(s.offload_chunk) + "}"
+                 R"(, "buffer_size": )" + std::to_string(s.offload_chunk) + R"(, "ratio": )" +
+                 std::to_string(s.offload_ratio) + "}"
            : std::string()) +
       R"(, "offload_param": {"device": ")" + s.offload_param + R"(", "nvme_path": ")" +
       s.nvme_path + R"("})" + R"(}, "aio": {"engine": ")" + s.aio_engine +
@@ -129,7 +133,7 @@ inline std::vector<std::vector<float>> gather_masters(Engine& e) {
 inline RunResult train_rank(Communicator& world, const RunSpec& s, EngineOptions eo = {}) {
   RunResult result;
   const Config cfg = make_config(s);
-  Mlp mlp(kDims);
+  Mlp mlp(s.dims);
   std::unique_ptr<DiscreteComm> discrete;
   std::shared_ptr<DeviceOps> trainer_device;
   Communicator* comm_ptr = &world;
@@ -171,11 +175,11 @@ inline RunResult train_rank(Communicator& world, const RunSpec& s, EngineOptions
   // Per parameter, by the layout rule (W at 0, b at the next multiple of 32).
   for (std::size_t l = 0; l < result.masters.size(); ++l) {
     const auto& mm = result.masters[l];
-    const std::size_t w = static_cast<std::size_t>(kDims[l + 1] * kDims[l]);
+    const std::size_t w = static_cast<std::size_t>(s.dims[l + 1] * s.dims[l]);
     const std::size_t b_at = (w + 31) / 32 * 32;
     result.master_params.emplace_back(mm.begin(), mm.begin() + static_cast<long>(w));
     result.master_params.emplace_back(mm.begin() + static_cast<long>(b_at),
-                                      mm.begin() + static_cast<long>(b_at) + kDims[l + 1]);
+                                      mm.begin() + static_cast<long>(b_at) + s.dims[l + 1]);
   }
   return result;
 }
@@ -218,7 +222,8 @@ inline std::string describe(const RunSpec& s) {
          (s.offload_buffers > 0
               ? ", offload " + s.offload_device + " " + std::to_string(s.offload_buffers) + " x " +
                     std::to_string(s.offload_chunk) + (s.pipeline ? " pipelined" : "") + " aio " +
-                    s.aio_engine
+                    s.aio_engine +
+                    (s.offload_ratio != 1.0 ? " ratio " + std::to_string(s.offload_ratio) : "")
               : std::string());
 }
 

@@ -55,9 +55,9 @@ void read_offload(Reader r, OffloadConfig& o, bool optimizer) {
   r.get("pipeline_write", o.pipeline_write);
   r.get("fast_init", o.fast_init);
   if (optimizer) {
-    r.get_num("ratio", o.ratio, 0.0, 1.0, true);
-    if (o.ratio != 1.0)
-      r.fail_msg("ratio", "partial offload (ratio < 1) is not supported; use 1.0");
+    // DeepSpeed's partial offload (ZeRO-Offload++): the fraction of the optimizer state
+    // offloaded (nvme: on NVMe, the rest in pinned host memory); the placement cuts it by unit.
+    r.get_num("ratio", o.ratio, 0.0, 1.0);
   } else {
     r.get_int("max_in_cpu", o.max_in_cpu, 0, kMax);
   }

@@ -86,7 +86,7 @@ I("zero_optimization.offload_optimizer.buffer_size", "4096", kOffload, "elements
 I("zero_optimization.offload_optimizer.pipeline_read", "true", kOffload, "nvme: read chunk i+1 while stepping chunk i"),
 I("zero_optimization.offload_optimizer.pipeline_write", "true", kOffload, "nvme: write chunk i-1 while stepping chunk i"),
 N("zero_optimization.offload_optimizer.fast_init", "false", "true", "DeepSpeed then skips initialising the swap files through the aio pipeline; here they are written once at start either way"),
-R("zero_optimization.offload_optimizer.ratio", "1.0", "0.5", "partial offload is refused; 1.0 offloads all state"),
+I("zero_optimization.offload_optimizer.ratio", "0.5", "tests/offload/partial_offload_test.cpp", "the fraction of each rank's optimizer state and step offloaded (DeepSpeed's partial offload): the trailing units whose stepped elements come closest to it; the leading ones stay on the device (nvme: the fraction in the swap file, the rest in pinned host memory)"),
 I("zero_optimization.offload_param.device", "\"cpu\"", "tests/offload/offload_observe_test.cpp", "stage 3: parameter shards in pinned host memory or an NVMe swap file"),
 I("zero_optimization.offload_param.nvme_path", "\"/tmp/zero-keys\"", kOffload, "directory of the parameter swap file"),
 N("zero_optimization.offload_param.pin_memory", "true", "false", "DeepSpeed then keeps offloaded parameters in pageable memory; they are always page-locked here"),
