@@ -98,12 +98,15 @@ OptimizerParams ParamGroup::apply(const OptimizerParams& base) const {
   set(p.bias_correction, bias_correction);
   set(p.nesterov, nesterov);
   check_params(p, ErrorCode::kInvalidArgument, "parameter group '" + name + "': ");
-  // One state layout for every group: the shard's state arrays are shared.
-  ZERO_CHECK(p.num_states() == base.num_states(), kInvalidArgument, "parameter group '", name,
+  // One state layout for every group: the shard's state arrays are shared, sized by the
+  // optimizer's own group. A group may use fewer of them (SGD momentum 0 in an optimizer with
+  // momentum: its runs step as plain SGD, rule_of() per group, and leave the buffer at zero, as
+  // torch.optim.SGD keeps no buffer for such a group), never more.
+  ZERO_CHECK(p.num_states() <= base.num_states(), kInvalidArgument, "parameter group '", name,
              "': momentum = ", p.momentum, " gives ", to_string(p.type), " ", p.num_states(),
              " state array(s) but the optimizer's own group has ", base.num_states(),
              " (momentum = ", base.momentum,
-             "): every group keeps the same state; give momentum > 0 to all or none");
+             "): the state is laid out by the optimizer's own group; give it momentum > 0");
   return p;
 }
 

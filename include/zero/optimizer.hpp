@@ -76,7 +76,8 @@ struct OptimizerParams {
 // A parameter group (torch.optim's param_groups, DeepSpeed's optimizer groups): the options it
 // sets replace those of the optimizer's own (group 0, the config's optimizer block); what it
 // leaves unset follows them. Every group steps with the same rule (type) and the same state
-// layout (moment_dtype, and for SGD momentum > 0 in every group or in none).
+// layout (moment_dtype; for SGD the optimizer's own momentum decides whether there is a buffer,
+// and a group may set momentum 0 over it, stepping as plain SGD, but not momentum > 0 without).
 struct ParamGroup {
   std::string name;  // for messages, metrics and checkpoints; unique, not empty
   std::optional<double> lr, beta1, beta2, eps, weight_decay, momentum, dampening;

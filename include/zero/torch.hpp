@@ -126,7 +126,9 @@ class Optimizer {
   // the config also gives must agree, else kConfig naming both). torch's meanings are kept:
   // AdamOptions' and SGDOptions' weight_decay is L2, AdamWOptions' decoupled; AdamWOptions'
   // default weight_decay is torch's 0.01. Every parameter of `units` must be in a group
-  // (kInvalidArgument naming it).
+  // (kInvalidArgument naming it). An option the engine cannot step is kConfig naming the option
+  // and the group: amsgrad, AdagradOptions' lr_decay or initial_accumulator_value other than 0,
+  // SGD momentum in a group when the defaults have none, a value out of the engine's range.
   Optimizer(Communicator& comm, std::vector<TensorUnit> units,
             const std::vector<::torch::optim::OptimizerParamGroup>& groups,
             const ::torch::optim::OptimizerOptions& defaults, const Config& config,

@@ -86,33 +86,10 @@ Config groups_config(int stage) {
               "total_num_steps": 25, "warmup_type": "linear", "cos_min_ratio": 0.1}}})");
 }
 
-// zero::torch on `ranks` in-process ranks, rank q on its rows of each batch; `make` builds the
-// optimizer from the rank's model.
+// zero::torch on `ranks` in-process ranks; `make` builds the optimizer from the rank's model.
 template <typename Make>
 std::vector<::torch::Tensor> train(int ranks, const TokenData& data, Make&& make) {
-  std::vector<ct::Model> models;
-  for (int q = 0; q < ranks; ++q) models.push_back(make_model(test_dims(), 1 + q));
-  std::vector<::torch::Tensor> out;
-  std::mutex mu;
-  ThreadGroup::run(ranks, [&](Communicator& comm) {
-    const int q = comm.rank();
-    ct::Model& model = models[static_cast<std::size_t>(q)];
-    std::unique_ptr<zero::torch::Optimizer> opt = make(comm, model);
-    const int rows = kBatch / ranks;
-    for (int s = 0; s < kSteps; ++s) {
-      opt->zero_grad();
-      ct::loss(model, data.tokens[static_cast<std::size_t>(s)].slice(0, q * rows, (q + 1) * rows),
-               data.targets[static_cast<std::size_t>(s)].slice(0, q * rows, (q + 1) * rows))
-          .backward();
-      opt->step();
-    }
-    opt->detach();
-    if (q == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out = snapshot(*model);
-    }
-  });
-  return out;
+  return train_zero_with(ranks, kSteps, data, std::forward<Make>(make));
 }
 
 const TokenData& data() {

@@ -199,6 +199,37 @@ inline ZeroResult train_zero(const TorchRun& r, const TokenData& data) {
   return result;
 }
 
+// zero::torch on `ranks` in-process ranks for `steps` steps of one micro-step, rank q on rows
+// [q B/N, (q+1) B/N) of each batch; make(comm, model) builds the rank's optimizer
+// (std::unique_ptr<zero::torch::Optimizer>). Rank 0's parameters after detach(), f32.
+template <typename Make>
+std::vector<::torch::Tensor> train_zero_with(int ranks, int steps, const TokenData& data,
+                                             Make&& make) {
+  std::vector<ct::Model> models;
+  for (int q = 0; q < ranks; ++q) models.push_back(make_model(test_dims(), 1 + q));
+  std::vector<::torch::Tensor> out;
+  std::mutex mu;
+  ThreadGroup::run(ranks, [&](Communicator& comm) {
+    const int q = comm.rank();
+    ct::Model& model = models[static_cast<std::size_t>(q)];
+    auto opt = make(comm, model);
+    const int rows = kBatch / ranks;
+    for (int s = 0; s < steps; ++s) {
+      opt->zero_grad();
+      ct::loss(model, data.tokens[static_cast<std::size_t>(s)].slice(0, q * rows, (q + 1) * rows),
+               data.targets[static_cast<std::size_t>(s)].slice(0, q * rows, (q + 1) * rows))
+          .backward();
+      opt->step();
+    }
+    opt->detach();
+    if (q == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      out = snapshot(*model);
+    }
+  });
+  return out;
+}
+
 // max over tensors of max|a - b| / max|b|.
 inline double max_rel_diff(const std::vector<::torch::Tensor>& a,
                            const std::vector<::torch::Tensor>& b) {

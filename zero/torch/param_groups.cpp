@@ -3,9 +3,13 @@
 //
 // torch's options carry every field (a group without options takes the defaults), so a group
 // with options sets all of its rule's options; the engine's group 0 is the defaults. Semantics
-// kept: AdamWOptions is AdamW (decoupled decay); AdamOptions' weight_decay is L2 (the engine's
-// Adam with adam_w_mode = false); SGDOptions' weight_decay is L2 as the engine's SGD; Adagrad
-// without lr_decay or an initial accumulator value.
+// kept (LibTorch 1.13's torch/csrc/api/src/optim/{adam,adamw,sgd,adagrad}.cpp): AdamWOptions is
+// AdamW (decoupled decay); AdamOptions' weight_decay is L2 (the engine's Adam with adam_w_mode =
+// false); SGDOptions' weight_decay is L2 as the engine's SGD, a group's momentum 0 steps without
+// the buffer; Adagrad's weight_decay is L2. What the engine cannot step is an error naming the
+// option and the group: amsgrad, Adagrad's lr_decay and initial_accumulator_value, a group with
+// SGD momentum over defaults without it (the buffers are sized by group 0), and any value out of
+// the engine's range (OptimizerParams::validate).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -25,12 +29,21 @@ struct Translated {
   bool adam_w_mode = true;
 };
 
+const char* options_name(const std::string& type) {
+  if (type == "AdamW") return "AdamWOptions";
+  if (type == "Adam") return "AdamOptions";
+  if (type == "SGD") return "SGDOptions";
+  return "AdagradOptions";
+}
+
+// `who`: "the default options" or "parameter group <k>'s options", for messages.
 Translated translate(const optim::OptimizerOptions& o, const std::string& who) {
   Translated t;
   ParamGroup& g = t.group;
   auto adam = [&](const auto& a, const char* type, bool decoupled) {
-    ZERO_CHECK(!a.amsgrad(), kConfig, "zero::torch: ", who,
-               " sets amsgrad: AMSGrad is not supported");
+    ZERO_CHECK(!a.amsgrad(), kConfig, "zero::torch: ", who, " set ", type,
+               "Options::amsgrad = true: the engine's Adam keeps no maximum of the second "
+               "moments (AMSGrad); use amsgrad = false");
     t.type = type;
     t.adam_w_mode = decoupled;
     g.lr = a.lr();
@@ -51,10 +64,14 @@ Translated translate(const optim::OptimizerOptions& o, const std::string& who) {
     g.nesterov = s->nesterov();
     g.weight_decay = s->weight_decay();
   } else if (const auto* ad = dynamic_cast<const optim::AdagradOptions*>(&o)) {
-    ZERO_CHECK(ad->lr_decay() == 0.0 && ad->initial_accumulator_value() == 0.0, kConfig,
-               "zero::torch: ", who, " sets lr_decay = ", ad->lr_decay(),
-               " / initial_accumulator_value = ", ad->initial_accumulator_value(),
-               ": the engine's Adagrad supports neither (both must be 0)");
+    // torch: clr = lr / (1 + (step - 1) lr_decay), the sum starts at initial_accumulator_value.
+    ZERO_CHECK(ad->lr_decay() == 0.0, kConfig, "zero::torch: ", who,
+               " set AdagradOptions::lr_decay = ", ad->lr_decay(),
+               ": the engine's Adagrad steps with the group's lr (no lr / (1 + (step - 1) "
+               "lr_decay)); use lr_decay = 0, and the config's scheduler for a decaying lr");
+    ZERO_CHECK(ad->initial_accumulator_value() == 0.0, kConfig, "zero::torch: ", who,
+               " set AdagradOptions::initial_accumulator_value = ", ad->initial_accumulator_value(),
+               ": the engine's Adagrad starts every sum of squared gradients at 0; use 0");
     t.type = "Adagrad";
     g.lr = ad->lr();
     g.eps = ad->eps();
@@ -63,6 +80,24 @@ Translated translate(const optim::OptimizerOptions& o, const std::string& who) {
     ZERO_THROW(kConfig, "zero::torch: ", who,
                " are not AdamWOptions, AdamOptions, SGDOptions or AdagradOptions (the rules the "
                "engine steps)");
+  }
+  // The engine's ranges (a dampening outside [0, 1], Nesterov without momentum or with
+  // dampening, ...), named as the trainer wrote them: torch checks only the defaults.
+  OptimizerParams p;
+  p.type = parse_optimizer_type(t.type);
+  p.adam_w_mode = t.adam_w_mode;
+  p.lr = *g.lr;
+  p.weight_decay = *g.weight_decay;
+  if (g.beta1) p.beta1 = *g.beta1;
+  if (g.beta2) p.beta2 = *g.beta2;
+  if (g.eps) p.eps = *g.eps;
+  if (g.momentum) p.momentum = *g.momentum;
+  if (g.dampening) p.dampening = *g.dampening;
+  if (g.nesterov) p.nesterov = *g.nesterov;
+  try {
+    p.validate();
+  } catch (const Error& e) {
+    ZERO_THROW(kConfig, "zero::torch: ", who, " (", options_name(t.type), "): ", e.message());
   }
   return t;
 }
@@ -119,13 +154,6 @@ OptimizerConfig merged(const OptimizerConfig& config, const Translated& d,
   return o;
 }
 
-const char* options_name(const std::string& type) {
-  if (type == "AdamW") return "AdamWOptions";
-  if (type == "Adam") return "AdamOptions";
-  if (type == "SGD") return "SGDOptions";
-  return "AdagradOptions";
-}
-
 }  // namespace
 
 EngineGroups engine_groups(const std::vector<optim::OptimizerParamGroup>& groups,
@@ -146,6 +174,16 @@ EngineGroups engine_groups(const std::vector<optim::OptimizerParamGroup>& groups
       ZERO_CHECK(t.type == type, kConfig, "zero::torch: ", who, " are ", options_name(t.type),
                  " but the optimizer is ", type,
                  " (one rule for every group, as one torch::optim optimizer)");
+      // SGD's momentum buffers are laid out when group 0 (the defaults) has momentum: a group
+      // may step without one (momentum 0), not with one the layout does not hold.
+      const double base_momentum = out.config.optimizer.momentum;
+      ZERO_CHECK(t.type != "SGD" || *t.group.momentum == 0.0 || base_momentum > 0.0, kConfig,
+                 "zero::torch: ", who, " set SGDOptions::momentum = ", *t.group.momentum,
+                 " but the ", defaults != nullptr ? "default options'" : "config's optimizer",
+                 " momentum is ", base_momentum,
+                 ": the engine keeps momentum buffers for every group when the defaults have "
+                 "momentum, for none otherwise; give the defaults a momentum > 0 (a group with "
+                 "momentum 0 then steps without it, as torch::optim::SGD does)");
       t.group.name = "group." + std::to_string(k);
       out.groups.push_back(std::move(t.group));
       id = static_cast<int>(out.groups.size());
