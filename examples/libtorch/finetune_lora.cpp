@@ -13,7 +13,8 @@
 //   mpirun -np N char-transformer-lora ...   (one rank per process)
 //
 // Phases: (1) pretrain on the first 70% of the text and write DIR/pretrained.safetensors
-// (skipped with --pretrained); (2) one step of the same LoRA model all-trainable, for its memory;
+// (skipped with --pretrained); (2) two steps of the same LoRA model all-trainable, for its memory
+// (from the second step stage 3 prefetches along the recorded order: the pools have their size);
 // (3) fine-tune on the next 20% and evaluate on the last 10% before and after. It prints the
 // losses, checks that every frozen parameter is bitwise the imported weights after training and
 // (when it pretrained) that the imported weights are bitwise the pretrained ones, and prints the
@@ -383,7 +384,10 @@ int main(int argc, char** argv) try {
         return loss_of(model, eval_seq, dims.context).item<float>();
       };
       const float before = all ? 0.0f : eval();
-      for (int step = 1; step <= (all ? 1 : steps); ++step) {
+      // The all-trainable run: as many steps as it takes the pools to reach their size (the
+      // first records the gather order, the second prefetches along it), at most the LoRA run's.
+      const int run_steps = all ? std::min(2, steps) : steps;
+      for (int step = 1; step <= run_steps; ++step) {
         const auto seq = batch(text, 0.7, 0.9, dims.context, 5000 + step)
                              .slice(0, rank * rows, (rank + 1) * rows);
         opt.zero_grad();

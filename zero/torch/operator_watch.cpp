@@ -48,9 +48,15 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 }  // namespace
 
-OperatorWatch::OperatorWatch(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages)
-    : engine_(engine), storages_(std::move(storages)) {
+OperatorWatch::OperatorWatch(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages,
+                             std::vector<int> release_group)
+    : engine_(engine), storages_(std::move(storages)), release_group_(std::move(release_group)) {
   const std::size_t n = storages_.size();
+  if (release_group_.empty()) {
+    for (std::size_t u = 0; u < n; ++u) release_group_.push_back(static_cast<int>(u));
+  }
+  ZERO_CHECK(release_group_.size() == n, kInternal, "OperatorWatch: ", release_group_.size(),
+             " release groups for ", n, " units");
   guards_.resize(n);
   live_.assign(n, false);
   fallback_.resize(n);
@@ -91,10 +97,14 @@ void OperatorWatch::on_operator(const c10::IValue* inputs, std::size_t count) {
   if (touched_.empty()) return;  // an operator on activations only: nothing changes
   for (UnitId u : touched_) gather(u);
   if (depth > 0) return;  // inside another operator: release nothing
+  // Live units of no group the operator reads (a unit it reads is in such a group: kept).
+  auto read_group = [&](UnitId u) {
+    const int g = release_group_[static_cast<std::size_t>(u)];
+    return std::any_of(touched_.begin(), touched_.end(),
+                       [&](UnitId t) { return release_group_[static_cast<std::size_t>(t)] == g; });
+  };
   for (UnitId u = 0; u < static_cast<UnitId>(live_.size()); ++u)
-    if (live_[static_cast<std::size_t>(u)] &&
-        std::find(touched_.begin(), touched_.end(), u) == touched_.end())
-      release(u);
+    if (live_[static_cast<std::size_t>(u)] && !read_group(u)) release(u);
 }
 
 void OperatorWatch::on_operator_end() {

@@ -26,6 +26,14 @@
 // backward, where autograd's kernels read the saved parameters. The depth is counted by the
 // callback's end half (RecordFunction calls it when the operator returns or throws).
 //
+// Release groups: the engine's units of one trainer's unit (a child module split into
+// "<unit> (frozen)" and "<unit>", zero/torch/optimizer.cpp) are released together: an operator
+// that reads one half keeps the other live, so a block is held from its first operator to the
+// next top-level one that reads neither half, as the child's one unit was. Released alone, the
+// frozen half of a LoRA or BitFit block would go at every LayerNorm or adapter operator and be
+// all-gathered again by the next Linear (3x the all-gathers per step in torch_frozen_test). A
+// unit is still released only by an operator that does not read it: the rule above holds.
+//
 // Handed-over gradients: once a unit's gradients are the engine's (reduced, sharded, accumulated
 // in its own buffers), each parameter's .grad is a tensor of its shape with no memory, watched
 // here. An operator that reads one (torch::nn::utils::clip_grad_norm_, a gradient-norm log) is
@@ -54,7 +62,9 @@ namespace zero::torch::detail {
 class OperatorWatch {
  public:
   // storages[u][i]: the storage of parameter i of unit u (stage 3; empty otherwise).
-  OperatorWatch(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages);
+  // release_group[u]: units with the same value are released together (empty: each unit alone).
+  OperatorWatch(Engine& engine, std::vector<std::vector<c10::StorageImpl*>> storages,
+                std::vector<int> release_group = {});
   ~OperatorWatch();  // removes the callback, releases what is gathered
   OperatorWatch(const OperatorWatch&) = delete;
   OperatorWatch& operator=(const OperatorWatch&) = delete;
@@ -81,6 +91,7 @@ class OperatorWatch {
 
   Engine& engine_;
   std::vector<std::vector<c10::StorageImpl*>> storages_;
+  std::vector<int> release_group_;  // per unit
   std::unordered_map<const c10::StorageImpl*, UnitId> unit_of_;
   std::vector<GatherGuard> guards_;
   std::vector<bool> live_;

@@ -60,14 +60,18 @@ struct PostHook : ::torch::autograd::FunctionPostHook {
 
 // Drops tensors with no elements and tensors already in an earlier unit; checks the rest, and
 // puts a unit's frozen parameters (requires_grad = false) in a unit of their own before it (the
-// engine's units are all frozen or all trainable: zero/placement.hpp frozen_unit).
-std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptions& options) {
+// engine's units are all frozen or all trainable: zero/placement.hpp frozen_unit). origin[k]:
+// the index in `units` of the unit engine unit k came from (a split's two halves share it).
+std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptions& options,
+                                std::vector<int>& origin) {
+  origin.clear();
   ZERO_CHECK(options.device.is_cpu() && options.device_ops == nullptr, kInvalidArgument,
              "zero::torch: the LibTorch adapter trains CPU tensors (EngineOptions::device must be "
              "the CPU, no device_ops)");
   std::unordered_set<const void*> seen;
   std::vector<TensorUnit> out;
-  for (TensorUnit& u : units) {
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    TensorUnit& u = units[k];
     ZERO_CHECK(u.param_names.size() == u.params.size(), kInvalidArgument, "zero::torch: unit '",
                u.name, "' has ", u.params.size(), " parameters and ", u.param_names.size(),
                " names");
@@ -107,8 +111,12 @@ std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptio
     if (!frozen.params.empty()) {
       if (!kept.params.empty()) frozen.name += " (frozen)";
       out.push_back(std::move(frozen));
+      origin.push_back(static_cast<int>(k));
     }
-    if (!kept.params.empty()) out.push_back(std::move(kept));
+    if (!kept.params.empty()) {
+      out.push_back(std::move(kept));
+      origin.push_back(static_cast<int>(k));
+    }
   }
   ZERO_CHECK(!out.empty(), kInvalidArgument, "zero::torch: no parameter (none given)");
   return out;
@@ -118,7 +126,9 @@ std::vector<TensorUnit> checked(std::vector<TensorUnit> units, const EngineOptio
 
 Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& config,
                       EngineOptions options, const std::unordered_map<const void*, int>& group_of)
-    : comm(c), units(checked(std::move(u), options)) {
+    : comm(c) {
+  std::vector<int> origin;  // the release groups of stage 3's gather on use
+  units = checked(std::move(u), options, origin);
   engine = std::make_unique<Engine>(comm, config, options);
   w = engine->param_dtype();
   shard_params = engine->stage() == 3;
@@ -200,7 +210,7 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
   if (shard_params)
     for (std::size_t uid = 0; uid < units.size(); ++uid)
       for (const Param& p : params[uid]) storages[uid].push_back(p.bound.storage);
-  watch = std::make_unique<detail::OperatorWatch>(*engine, std::move(storages));
+  watch = std::make_unique<detail::OperatorWatch>(*engine, std::move(storages), std::move(origin));
 }
 
 Optimizer::Impl::~Impl() {
