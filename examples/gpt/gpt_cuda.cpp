@@ -368,8 +368,8 @@ GptCudaModel::GptCudaModel(const GptConfig& config, MemoryTracker& tracker, int 
       impl_(std::make_unique<Impl>()) {
   ZERO_CHECK(device >= 0, kInvalidArgument, "GptCudaModel: device ", device,
              " is not a CUDA ordinal");
-  ZERO_CHECK(config.frozen_units == 0, kInvalidArgument, "GptCudaModel: GptConfig.frozen_units = ",
-             config.frozen_units,
+  ZERO_CHECK(config.frozen_units == 0, kInvalidArgument,
+             "GptCudaModel: GptConfig.frozen_units = ", config.frozen_units,
              ": the CUDA model trains every unit (--freeze runs on the CPU model)");
   cuda_check(cudaSetDevice(device), "GptCudaModel: cudaSetDevice");
   cublas_check(cublasCreate(&impl_->blas), "cublasCreate");
