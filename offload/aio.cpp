@@ -50,6 +50,20 @@ struct Piece {
 
 const char* verb(IoKind k) { return k == IoKind::kRead ? "read" : "write"; }
 
+#if ZERO_WITH_IO_URING
+// Held across every ring's set-up and tear-down in the process. liburing maps a ring's memory with
+// raw mmap / munmap system calls, which ThreadSanitizer does not see: a ring closed by one thread
+// (an in-process rank) and a ring opened by another at the address the kernel just freed look to
+// it like one object touched by two unordered threads, and the new reaper's first read of the
+// completion head was reported as a race with the old reaper's last write. The kernel orders the
+// munmap before the mmap that reuses the address; taking this mutex around both says so in a form
+// the sanitizer sees. Rings open and close once per queue, so it costs nothing measurable.
+std::mutex& ring_lifetime_mutex() {
+  static std::mutex m;
+  return m;
+}
+#endif
+
 }  // namespace
 
 struct AioQueue::Impl {
@@ -162,7 +176,11 @@ struct AioQueue::Impl {
   bool start_uring() {
 #if ZERO_WITH_IO_URING
     const unsigned entries = static_cast<unsigned>(std::max(o.queue_depth, 1)) + 1;  // + stop NOP
-    const int r = io_uring_queue_init(entries, &ring, 0);
+    int r = 0;
+    {
+      std::lock_guard<std::mutex> lifetime(ring_lifetime_mutex());
+      r = io_uring_queue_init(entries, &ring, 0);
+    }
     if (r < 0) {
       ZERO_LOG(kInfo, "aio: io_uring unavailable (", std::strerror(-r), "); using ", o.thread_count,
                " pread/pwrite threads");
@@ -172,6 +190,7 @@ struct AioQueue::Impl {
     try {
       start_thread(0, 1, "io_uring reaper", [this] { reap(); });
     } catch (...) {
+      std::lock_guard<std::mutex> lifetime(ring_lifetime_mutex());
       io_uring_queue_exit(&ring);
       uring = false;
       throw;
@@ -279,6 +298,7 @@ struct AioQueue::Impl {
         io_uring_submit(&ring);
       }
       for (auto& t : threads) t.join();
+      std::lock_guard<std::mutex> lifetime(ring_lifetime_mutex());
       io_uring_queue_exit(&ring);
 #endif
     } else {
