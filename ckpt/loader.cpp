@@ -100,7 +100,9 @@ LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) 
   // Weights only: the masters alone are read; the state is a new engine's (fresh_state.hpp).
   std::unique_ptr<FreshStateLoader> fresh;
   if (weights_only) fresh = std::make_unique<FreshStateLoader>(e);
-  const std::size_t sd = dtype_size(op.state_dtype());
+  ZERO_CHECK(op.state_dtype() != MomentDType::kInt8, kInvalidArgument,
+             "checkpoint load: int8 moments are not supported yet");
+  const std::size_t sd = state_bytes(op.state_dtype(), 1);
   std::map<std::string, std::unique_ptr<FileReader>> readers;
   auto reader = [&](const std::string& f) -> const FileReader& {
     auto& r = readers[f];

@@ -17,7 +17,9 @@ RankLayout rank_layout(Engine& e) {
   l.file = rank_file(e.comm().rank());
   l.shards = e.param_shards();
   const OptimizerParams& op = e.optimizer_params();
-  const std::size_t sd = dtype_size(op.state_dtype());
+  ZERO_CHECK(op.state_dtype() != MomentDType::kInt8, kInvalidArgument,
+             "checkpoint save: int8 moments are not supported yet");
+  const std::size_t sd = state_bytes(op.state_dtype(), 1);
   for (const ParamShard& s : l.shards) {
     Piece p;
     p.file = l.file;

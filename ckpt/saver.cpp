@@ -42,7 +42,7 @@ void copy_unit(Engine& e, UnitId u, UnitData& d) {
   e.copy_master_shard(u, d.master.data());
   d.states.resize(static_cast<std::size_t>(op.num_states()));
   for (int k = 0; k < op.num_states(); ++k) {
-    d.states[static_cast<std::size_t>(k)].resize(n * dtype_size(op.state_dtype()));
+    d.states[static_cast<std::size_t>(k)].resize(state_bytes(op.state_dtype(), n));
     e.copy_state_shard(u, k, d.states[static_cast<std::size_t>(k)].data());
   }
 }
@@ -300,7 +300,7 @@ SaveInfo Saver::save(std::string_view trainer_state) {
   local = nullptr;
   try {
     job->layout = rank_layout(e);
-    job->state_bytes = dtype_size(e.optimizer_params().state_dtype());
+    job->state_bytes = state_bytes(e.optimizer_params().state_dtype(), 1);
     job->manifest_units = static_cast<std::size_t>(e.num_units());
     if (job->rank == 0) {
       job->manifest = manifest_of(e);

@@ -203,14 +203,14 @@ bool frozen_unit(const UnitSpec& spec) {
 
 Placement make_placement(PlacementInput in) {
   Placement p;
-  p.layout = make_layout(in.units, in.world_size, in.alignment);
+  // int8 moments: shards start on a quantization block (blocks never straddle two ranks).
+  p.layout = make_layout(in.units, in.world_size, in.alignment, state_block(in.state_dtype));
   p.in = std::move(in);
   const PlacementInput& i = p.in;
   const StagePolicy& pol = i.policy;
   const Layout& lay = p.layout;
   const std::size_t nu = lay.units.size();
   const std::size_t ws = dtype_size(i.working), rs = dtype_size(i.reduce);
-  const std::size_t sd = dtype_size(i.state_dtype);
   const bool managed = i.ownership == Ownership::kManaged;
 
   p.offloaded = i.optimizer_offload != OffloadDevice::kNone;
@@ -279,7 +279,8 @@ Placement make_placement(PlacementInput in) {
   const Tier opt_tier = p.offloaded ? Tier::kPinned : Tier::kDevice;
   if (!p.nvme_optimizer) {
     if (p.separate_master) p.master = on(opt_tier, MemCategory::kMasterParams, opt_elems * 4);
-    p.state = on(opt_tier, MemCategory::kOptimizerState, opt_elems * sd);
+    // Every stepped range is a whole number of int8 blocks: the arena is the ranges' sum.
+    p.state = on(opt_tier, MemCategory::kOptimizerState, state_bytes(i.state_dtype, opt_elems));
   }
   if (p.offloaded) {
     // A chunk never needs to be larger than the largest stepped range (DeepSpeed's buffer_size
@@ -289,6 +290,9 @@ Placement make_placement(PlacementInput in) {
       if (!up.frozen) max_range = std::max(max_range, up.step_count);
     }
     p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
+    // int8 moments: a chunk is a whole number of quantization blocks (each stepped whole).
+    const std::size_t qb = state_block(i.state_dtype);
+    p.chunk_elems = (p.chunk_elems + qb - 1) / qb * qb;
     for (std::size_t u = 0; u < nu; ++u) {
       p.unit_chunk.push_back(p.chunks.size());
       const std::size_t range = p.units[u].frozen ? 0 : p.units[u].step_count;
@@ -310,7 +314,11 @@ Placement make_placement(PlacementInput in) {
     for (const Chunk& c : p.chunks) p.optim_chunk_elems.push_back(c.count);
     p.optim_parts = {{MemCategory::kMasterParams, 4}};
     for (int k = 0; k < i.num_states; ++k) {
-      p.optim_parts.push_back({MemCategory::kOptimizerState, sd});
+      // The state's bytes per element and per block, from the optimizer's rule.
+      const std::size_t block = state_block(i.state_dtype);
+      const std::size_t per_block = state_bytes(i.state_dtype, block);
+      p.optim_parts.push_back(
+          {MemCategory::kOptimizerState, per_block / block, block, per_block % block});
     }
     p.optim_file = offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts);
   }
