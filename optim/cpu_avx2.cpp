@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "optim/cpu_kernels.hpp"
-#include "optim/moment_lut.hpp"
 #include "zero/detail/bf16_simd.hpp"
 
 namespace zero::detail::optim {
@@ -174,23 +173,25 @@ inline __m256 v_dequant8(const std::uint8_t* codes, __m256 absmax) {
   return _mm256_mul_ps(_mm256_i32gather_ps(kMomentCodes.v, c, 4), absmax);
 }
 
-// Unsigned 32-bit a > b.
-inline __m256i cmpgt_epu32(__m256i a, __m256i b) {
-  const __m256i flip = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  return _mm256_cmpgt_epi32(_mm256_xor_si256(a, flip), _mm256_xor_si256(b, flip));
-}
-
-inline __m256i lut_count8(const std::uint32_t* table, __m256i mag) {
-  __m256i b = _mm256_srli_epi32(mag, 16);
-  b = _mm256_min_epu32(_mm256_max_epu32(b, _mm256_set1_epi32(MomentLut::kLo)),
-                       _mm256_set1_epi32(MomentLut::kHi));
-  const __m256i e =
-      _mm256_i32gather_epi32(reinterpret_cast<const int*>(table),
-                             _mm256_sub_epi32(b, _mm256_set1_epi32(MomentLut::kLo)), 4);
-  const __m256i above =
-      cmpgt_epu32(_mm256_and_si256(mag, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(e, 8));
-  // above is all ones (-1) where true: subtracting it adds one.
-  return _mm256_sub_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0xff)), above);
+// magnitude_code() per lane: the region by comparing with each decade top, then
+// base + RNE((y - lo) * inv_step), the top code above 2 and for NaN.
+inline __m256i magnitude_code8(const MomentRegions& r, __m256 y) {
+  __m256i k = _mm256_setzero_si256();
+  for (int d = 1; d < r.count; ++d) {
+    // All ones (-1) where hi_d >= y: subtracting counts it.
+    k = _mm256_sub_epi32(
+        k, _mm256_castps_si256(_mm256_cmp_ps(_mm256_set1_ps(r.hi[d]), y, _CMP_GE_OQ)));
+  }
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(r.lo), k);
+  const __m256 inv = _mm256_permutevar8x32_ps(_mm256_loadu_ps(r.inv_step), k);
+  const __m256i base =
+      _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.base)), k);
+  const __m256 x = _mm256_mul_ps(_mm256_sub_ps(y, lo), inv);
+  __m256i j = _mm256_add_epi32(
+      base, _mm256_cvttps_epi32(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  j = _mm256_min_epi32(j, _mm256_set1_epi32(r.top));
+  const __m256 ok = _mm256_cmp_ps(y, _mm256_set1_ps(2.0f), _CMP_LE_OQ);
+  return _mm256_blendv_epi8(_mm256_set1_epi32(r.top), j, _mm256_castps_si256(ok));
 }
 
 // The low byte of each 32-bit lane, 8 bytes stored at p.
@@ -265,10 +266,11 @@ struct Avx2Q8 {
           _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(scr.m + j), pre_m), inv_m));
       const __m256i uv = _mm256_castps_si256(
           _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(scr.v + j), pre_v), inv_v));
-      __m256i qm = lut_count8(kMomentLut.m, _mm256_and_si256(um, abs));
+      __m256i qm = magnitude_code8(kMomentCodes.mr, _mm256_castsi256_ps(_mm256_and_si256(um, abs)));
       qm =
           _mm256_or_si256(qm, _mm256_and_si256(_mm256_srli_epi32(um, 24), _mm256_set1_epi32(0x80)));
-      const __m256i qv = lut_count8(kMomentLut.v, _mm256_and_si256(uv, abs));
+      const __m256i qv =
+          magnitude_code8(kMomentCodes.vr, _mm256_castsi256_ps(_mm256_and_si256(uv, abs)));
       store_bytes8(rec_m + 4 + j, qm);
       store_bytes8(rec_v + 4 + j, qv);
     }

@@ -1,17 +1,13 @@
-// optim/moment_lut.hpp — the nearest-code table of the SIMD int8-moment paths (private).
+// optim/moment_lut.hpp — the AVX-512 int8-moment path's region table (private).
 //
-// The code of a magnitude is the count of thresholds below it (zero/detail/moment_quant.hpp).
-// The scalar path counts by binary search (8 dependent loads); AVX2 / AVX-512 look it up in one
-// gather: the magnitude's top 15 bits (exponent and 7 mantissa bits) pick a bucket, and no
-// bucket holds more than one threshold of either map (checked when the table is built, at
-// compile time), so the count is the bucket's count of thresholds below it plus one if the
-// magnitude's low 16 bits exceed those of the bucket's threshold. Entry: base | low16 << 8 (no
-// threshold in the bucket: low16 = 0xffff, never exceeded). Buckets below the smallest
-// threshold and from 1.0 up are clamped to the first / last entry (count 0 / all; NaN sorts
-// above 1.0 as the search has it).
-//
-// moment_quant_test checks the lookup against the search for every magnitude of every bucket
-// that holds a threshold and the ends of every other bucket, which covers every input.
+// The nearest code of a magnitude y needs its region: the count of decade tops hi_1 .. hi_D at
+// or above y (zero/detail/moment_quant.hpp). The scalar and AVX2 paths compare with each top;
+// AVX-512 reads the region from y's exponent instead: a binade [2^k, 2^(k+1)) holds at most one
+// decade top (decades are 3.3 binades wide), so every y in it has the region of the binade's top
+// end, plus one where y <= the top inside it. Binades are indexed by the biased exponent clamped
+// to [kFirstExp, kFirstExp + 31] (below: the bottom region, 2^-31 < 1e-7; above: region 0), so
+// the tables are 32 entries, two AVX-512 registers each. moment_quant_test checks the two ways
+// agree on every decade top and binade edge and their neighbours.
 //
 // Thread safety: constants.
 #pragma once
@@ -22,54 +18,64 @@
 
 namespace zero::detail::optim {
 
-struct MomentLut {
-  // Bucket index range [kLo, kHi]: kLo below the smallest threshold of both maps, kHi = 1.0's.
-  static constexpr std::uint32_t kLo = 0x3355;
-  static constexpr std::uint32_t kHi = 0x3f80;
-  static constexpr std::uint32_t kSize = kHi - kLo + 1;
-  std::uint32_t m[kSize];
-  std::uint32_t v[kSize];
+struct ExpRegions {
+  static constexpr std::uint32_t kFirstExp = 96;  // biased exponent of 2^-31
+  alignas(64) std::int32_t region[32];            // the region of the binade's top end
+  alignas(64) float bound[32];                    // the decade top inside the binade, -1 if none
 };
 
-namespace moment_detail {
-template <int kN>
-constexpr void fill_lut(const std::uint32_t (&thr)[kN], std::uint32_t* out) {
-  int below = 0;  // thresholds whose bucket is below the current one
-  for (std::uint32_t b = MomentLut::kLo; b <= MomentLut::kHi; ++b) {
-    std::uint32_t low = 0xffff;
-    int inside = 0;
-    while (below + inside < kN && (thr[below + inside] >> 16) == b) {
-      low = thr[below + inside] & 0xffff;
-      ++inside;
+constexpr ExpRegions make_exp_regions(const MomentRegions& r) {
+  ExpRegions t{};
+  for (int i = 0; i < 32; ++i) {
+    const int e = static_cast<int>(ExpRegions::kFirstExp) + i - 127;  // binade [2^e, 2^(e+1))
+    double lo = 1.0, hi = 1.0;
+    for (int k = 0; k < e; ++k) lo *= 2.0;
+    for (int k = 0; k > e; --k) lo /= 2.0;
+    hi = 2.0 * lo;
+    int region = 0, inside = 0;
+    t.bound[i] = -1.0f;
+    for (int d = 1; d < r.count; ++d) {
+      const double top = static_cast<double>(r.hi[d]);
+      if (top >= hi) ++region;
+      if (top >= lo && top < hi) {
+        t.bound[i] = r.hi[d];
+        ++inside;
+      }
     }
-    if (b == MomentLut::kLo && (below < kN && (thr[0] >> 16) < b)) throw "threshold below kLo";
-    if (inside > 1) throw "two thresholds in one bucket";
-    out[b - MomentLut::kLo] = static_cast<std::uint32_t>(below) | (low << 8);
-    below += inside;
+    if (inside > 1) throw "two decade tops in one binade";
+    t.region[i] = region;
   }
-  if (below != kN) throw "threshold above kHi";
-}
-}  // namespace moment_detail
-
-constexpr MomentLut make_moment_lut() {
-  MomentLut t{};
-  if ((kMomentCodes.m_thr[0] >> 16) <= MomentLut::kLo ||
-      (kMomentCodes.v_thr[0] >> 16) <= MomentLut::kLo) {
-    throw "kLo must lie below the smallest threshold";
-  }
-  moment_detail::fill_lut(kMomentCodes.m_thr, t.m);
-  moment_detail::fill_lut(kMomentCodes.v_thr, t.v);
   return t;
 }
 
-inline constexpr MomentLut kMomentLut = make_moment_lut();
+inline constexpr ExpRegions kExpRegionsM = make_exp_regions(kMomentCodes.mr);
+inline constexpr ExpRegions kExpRegionsV = make_exp_regions(kMomentCodes.vr);
 
-// The lookup in scalar form (the SIMD paths do the same per lane); equals count_below().
-inline std::uint32_t lut_count(const std::uint32_t* table, std::uint32_t mag) {
-  std::uint32_t b = mag >> 16;
-  b = b < MomentLut::kLo ? MomentLut::kLo : (b > MomentLut::kHi ? MomentLut::kHi : b);
-  const std::uint32_t e = table[b - MomentLut::kLo];
-  return (e & 0xffu) + ((mag & 0xffffu) > (e >> 8) ? 1u : 0u);
+// A map's per-region constants as 16-lane permute tables (the region in the low 3 bits).
+struct RegionTables16 {
+  alignas(64) float lo[16];
+  alignas(64) float inv_step[16];
+  alignas(64) std::int32_t base[16];
+};
+constexpr RegionTables16 make_region_tables16(const MomentRegions& r) {
+  RegionTables16 t{};
+  for (int i = 0; i < 16; ++i) {
+    t.lo[i] = r.lo[i % kMaxRegions];
+    t.inv_step[i] = r.inv_step[i % kMaxRegions];
+    t.base[i] = r.base[i % kMaxRegions];
+  }
+  return t;
+}
+alignas(64) inline constexpr RegionTables16 kRegions16M = make_region_tables16(kMomentCodes.mr);
+alignas(64) inline constexpr RegionTables16 kRegions16V = make_region_tables16(kMomentCodes.vr);
+
+// The region in scalar form (the AVX-512 path does this per lane); equals region_of().
+inline int exp_region(const ExpRegions& t, float y) {
+  std::uint32_t e = f32_bits(y) >> 23;
+  e = e < ExpRegions::kFirstExp ? ExpRegions::kFirstExp
+                                : (e > ExpRegions::kFirstExp + 31 ? ExpRegions::kFirstExp + 31 : e);
+  const std::uint32_t i = e - ExpRegions::kFirstExp;
+  return t.region[i] + (y <= t.bound[i] ? 1 : 0);
 }
 
 }  // namespace zero::detail::optim

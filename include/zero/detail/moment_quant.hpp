@@ -23,13 +23,17 @@
 // one double division and one rounding to f32 make each value, in constexpr evaluation: the
 // same bits on every compiler, host or device.
 //
-// Nearest code: thresholds are the f32 midpoints between neighbouring values (the exact double
-// sum halved, rounded once to f32); the code of a magnitude y is the number of thresholds
-// strictly below it, compared as unsigned bit patterns (the order of non-negative floats; NaN
-// sorts above everything and gets the top code). The scalar path and the GPU count by a
-// branchless binary search; the SIMD paths look the count up in a table indexed by the top
-// bits of y (optim/moment_lut.*) and are checked against the search for every input where they
-// could differ. Ties go to the smaller magnitude.
+// Nearest code, by arithmetic (no search): the map's codes are equally spaced within each
+// decade, so a magnitude y in region r (r = d: (10^-(d+1), 10^-d], the codes from the one at its
+// lower end, lo_r, to its top, hi_r; the bottom region runs from 0) gets code
+//     base_r + RNE((y - lo_r) * inv_step_r)
+// (base_r the code at lo_r, inv_step_r = 1 / the codes' spacing, all f32 constants made in
+// constexpr double like the values). That is the nearest code up to the f32 rounding of that
+// product: a y within ~2^-15 of a spacing of the midpoint between two codes may get either. The
+// region is the count of decade tops hi_1 .. hi_D at or above y (the scalar path and the GPU
+// compare; AVX-512 reads it from the exponent of y and one compare, moment_lut.hpp; the tests
+// check they agree). Every path performs these same IEEE operations, so the codes are the same
+// bits everywhere. A magnitude above 2 (rounding can give 1 + ulp; Inf) or NaN gets the top code.
 //
 // A block's absmax is the maximum of the |value| bit patterns (an integer maximum: exact,
 // associative, the same in any order; a NaN makes the block's absmax NaN, an Inf Inf: a
@@ -76,16 +80,29 @@ ZERO_HD inline constexpr std::size_t moment_bytes(std::size_t n) {
 inline constexpr int kMCodes = 128;  // m magnitudes (the sign is bit 7 of the code)
 inline constexpr int kVCodes = 256;  // v magnitudes
 
-// The tables: magnitudes in [0, 1] (index 0 is 0, the last 1) and the bit patterns of the
-// thresholds between neighbours (threshold i between magnitudes i and i + 1).
+// The tables: magnitudes in [0, 1] (index 0 is 0, the last 1) and each map's regions.
+inline constexpr int kMaxRegions = 8;
+struct MomentRegions {
+  float hi[kMaxRegions];           // the region's top value (a code's); region 0: 1
+  float lo[kMaxRegions];           // the value of the code below its first (bottom region: 0)
+  float inv_step[kMaxRegions];     // 1 / the spacing of its codes
+  std::int32_t base[kMaxRegions];  // the code at lo
+  int count;                       // regions (m: 7, v: 8)
+  std::int32_t top;                // the largest code (m: 127, v: 255)
+};
 struct MomentCodes {
   float m[kMCodes];
   float v[kVCodes];
-  std::uint32_t m_thr[kMCodes - 1];
-  std::uint32_t v_thr[kVCodes - 1];
+  MomentRegions mr, vr;
 };
 
 namespace moment_detail {
+constexpr double pow10_neg(int d) {
+  std::int64_t den = 1;
+  for (int i = 0; i < d; ++i) den *= 10;
+  return 1.0 / static_cast<double>(den);
+}
+// value(j) for a map of `bits` magnitude bits (see above).
 constexpr double code_value(int j, int bits) {
   if (j == 0) return 0.0;
   int n = 0;
@@ -96,21 +113,30 @@ constexpr double code_value(int j, int bits) {
   for (int i = 0; i <= d; ++i) den *= 10;
   return static_cast<double>(p2 + 9 * (j - p2 + 1)) / static_cast<double>(den);
 }
-constexpr std::uint32_t bits_of(float f) { return __builtin_bit_cast(std::uint32_t, f); }
+constexpr MomentRegions regions(int bits) {
+  MomentRegions r{};
+  r.count = bits;
+  r.top = (1 << bits) - 1;
+  for (int d = 0; d < bits; ++d) {
+    const int n = bits - 1 - d;  // the decade's codes: 2^n .. 2^(n+1) - 1
+    const int base = (1 << n) - 1;
+    const double hi = pow10_neg(d);
+    const double lo = d == bits - 1 ? 0.0 : pow10_neg(d + 1);
+    r.hi[d] = static_cast<float>(code_value((2 << n) - 1, bits));
+    r.lo[d] = static_cast<float>(code_value(base, bits));
+    r.inv_step[d] = static_cast<float>(static_cast<double>(1 << n) / (hi - lo));
+    r.base[d] = base;
+  }
+  return r;
+}
 }  // namespace moment_detail
 
 constexpr MomentCodes make_moment_codes() {
   MomentCodes c{};
   for (int j = 0; j < kMCodes; ++j) c.m[j] = static_cast<float>(moment_detail::code_value(j, 7));
   for (int j = 0; j < kVCodes; ++j) c.v[j] = static_cast<float>(moment_detail::code_value(j, 8));
-  for (int j = 0; j + 1 < kMCodes; ++j) {
-    const double mid = (static_cast<double>(c.m[j]) + static_cast<double>(c.m[j + 1])) / 2.0;
-    c.m_thr[j] = moment_detail::bits_of(static_cast<float>(mid));
-  }
-  for (int j = 0; j + 1 < kVCodes; ++j) {
-    const double mid = (static_cast<double>(c.v[j]) + static_cast<double>(c.v[j + 1])) / 2.0;
-    c.v_thr[j] = moment_detail::bits_of(static_cast<float>(mid));
-  }
+  c.mr = moment_detail::regions(7);
+  c.vr = moment_detail::regions(8);
   return c;
 }
 
@@ -118,32 +144,40 @@ constexpr MomentCodes make_moment_codes() {
 inline constexpr MomentCodes kMomentCodes = make_moment_codes();
 static_assert(kMomentCodes.m[kMCodes - 1] == 1.0f && kMomentCodes.v[kVCodes - 1] == 1.0f);
 static_assert(kMomentCodes.m[1] == 1e-6f && kMomentCodes.v[1] == 1e-7f);
+static_assert(kMomentCodes.mr.hi[0] == 1.0f && kMomentCodes.vr.lo[7] == 0.0f);
 
 // ---- per element
 
-// Count of thresholds below magnitude bits `mag` (0 .. 2^kLog2), a branchless binary search over
-// 2^kLog2 - 1 sorted thresholds.
-template <int kLog2>
-ZERO_HD inline std::uint32_t count_below(const std::uint32_t* thr, std::uint32_t mag) {
-  std::uint32_t idx = 0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int s = kLog2 - 1; s >= 0; --s) {
-    const std::uint32_t step = 1u << s;
-    idx += thr[idx + step - 1] < mag ? step : 0u;
-  }
-  return idx;
+// The region of magnitude y: how many decade tops below the first are >= y.
+ZERO_HD inline int region_of(const MomentRegions& r, float y) {
+  int k = 0;
+  for (int d = 1; d < r.count; ++d) k += r.hi[d] >= y ? 1 : 0;
+  return k;
 }
 
-// m: code = sign | nearest magnitude index of y (y = value / absmax).
+// 1.5 x 2^23: (x + it) - it rounds an f32 of magnitude < 2^22 to an integer, half to even, in
+// plain additions (what cvtps2dq and __float2int_rn do in their default mode).
+inline constexpr float kRoundMagic = 12582912.0f;
+
+// The code (magnitude index) of magnitude y >= 0 (or NaN).
+ZERO_HD inline std::int32_t magnitude_code(const MomentRegions& r, float y) {
+  if (!(y <= 2.0f)) return r.top;
+  const int k = region_of(r, y);
+  const float x = mul(add(y, -r.lo[k]), r.inv_step[k]);
+  const std::int32_t j =
+      r.base[k] + static_cast<std::int32_t>(add(add(x, kRoundMagic), -kRoundMagic));
+  return j < r.top ? j : r.top;
+}
+
+// m: code = sign | magnitude code of |y| (y = value / absmax).
 ZERO_HD inline std::uint8_t m_code(const MomentCodes& c, float y) {
   const std::uint32_t u = f32_bits(y);
-  return static_cast<std::uint8_t>(count_below<7>(c.m_thr, u & 0x7fffffffu) | ((u >> 24) & 0x80u));
+  const std::int32_t j = magnitude_code(c.mr, f32_from_bits(u & 0x7fffffffu));
+  return static_cast<std::uint8_t>(static_cast<std::uint32_t>(j) | ((u >> 24) & 0x80u));
 }
-// v: code = nearest magnitude index of |y|.
+// v: code = magnitude code of |y|.
 ZERO_HD inline std::uint8_t v_code(const MomentCodes& c, float y) {
-  return static_cast<std::uint8_t>(count_below<8>(c.v_thr, f32_bits(y) & 0x7fffffffu));
+  return static_cast<std::uint8_t>(magnitude_code(c.vr, f32_from_bits(f32_bits(y) & 0x7fffffffu)));
 }
 
 ZERO_HD inline float m_value(const MomentCodes& c, std::uint8_t code, float absmax) {
