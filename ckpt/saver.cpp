@@ -68,8 +68,13 @@ struct Job {
       const UnitData& d = source(s.unit);
       const std::size_t n = s.end - s.begin;
       w.write(d.master.data() + s.shard_offset, n * 4);
+      if (!layout.unit_states.empty()) continue;  // int8: the states follow, by unit
       for (const auto& st : d.states)
         w.write(st.data() + s.shard_offset * state_bytes, n * state_bytes);
+    }
+    for (std::size_t u = 0; u < layout.unit_states.size(); ++u) {
+      if (layout.unit_states[u].empty()) continue;
+      for (const auto& st : source(static_cast<UnitId>(u)).states) w.write(st.data(), st.size());
     }
     data_digest = FileEntry{layout.file, w.finish()};
   }
@@ -85,6 +90,7 @@ struct Job {
       if (unit.size() <= static_cast<std::size_t>(s.param)) unit.resize(s.param + 1);
       unit[static_cast<std::size_t>(s.param)].push_back(layout.pieces[i++]);
     }
+    f.unit_states = layout.unit_states;
     write_file_atomic(tmp, fragment_name(rank), f.to_json());
   }
 
@@ -136,12 +142,15 @@ struct Job {
           dst.insert(dst.end(), f.pieces[u][p].begin(), f.pieces[u][p].end());
         }
       }
-    }
-    for (UnitEntry& u : m.units) {
-      for (ParamEntry& p : u.params) {
-        std::sort(p.pieces.begin(), p.pieces.end(),
-                  [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+      for (std::size_t u = 0; u < f.unit_states.size() && u < m.units.size(); ++u) {
+        auto& dst = m.units[u].states;
+        dst.insert(dst.end(), f.unit_states[u].begin(), f.unit_states[u].end());
       }
+    }
+    const auto by_begin = [](const Piece& a, const Piece& b) { return a.begin < b.begin; };
+    for (UnitEntry& u : m.units) {
+      for (ParamEntry& p : u.params) std::sort(p.pieces.begin(), p.pieces.end(), by_begin);
+      std::sort(u.states.begin(), u.states.end(), by_begin);
     }
     {
       FileWriter w(tmp + "/" + kTrainerFile);

@@ -96,6 +96,12 @@ std::size_t Engine::unit_step_numel(UnitId u) const {
   return impl_->unit_place(u).step_count;
 }
 
+std::size_t Engine::unit_step_begin(UnitId u) const {
+  impl_->check_unit(u, "unit_step_begin");
+  impl_->lay_out();
+  return impl_->unit_place(u).step_begin;
+}
+
 void Engine::load_shard(UnitId u, const float* master, const void* const* states) {
   Impl& m = *impl_;
   m.check_unit(u, "load_shard");

@@ -330,6 +330,8 @@ class Engine {
   // Elements of unit u this rank steps: the whole padded unit in stage 0, its shard otherwise
   // (the length of copy_master_shard's output).
   std::size_t unit_step_numel(UnitId u) const;
+  // Where that range starts in unit u's padded range (0 in stage 0).
+  std::size_t unit_step_begin(UnitId u) const;
   // Loads unit u's stepped range: `master` (unit_step_numel(u) f32) and `states` (one array per
   // optimizer state, state dtype), host memory, into whichever tier holds them; the working copy
   // over the range becomes the master rounded to the working dtype (what every step and
