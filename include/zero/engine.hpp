@@ -168,7 +168,8 @@ struct ParamShard {
 class Engine;
 
 // Elements a trainer's flat buffers need for attach mode: numel padded to a multiple of
-// world_size x alignment.
+// world_size x alignment (with int8 moments pass kInt8MomentBlock, 256: shards start on a
+// quantization block).
 std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment = 32);
 
 // A gathered unit: its parameters are whole and valid while the guard lives (stage 3 releases
@@ -213,11 +214,12 @@ class Engine {
   // optimizer (with gradient_accumulation_steps A > 1: after every micro-step, as in managed
   // mode; StepResult::boundary says when the update ran). The buffers hold `numel` parameters of
   // `dtype` (the config's working dtype) and have room for `capacity` >= attach_capacity(numel,
-  // N) elements (the padding is zeroed and stepped). Rank 0's parameters are broadcast at attach.
-  // After each step() the gradient buffer's content is unspecified (reduced in place when it
-  // can be: W == R and A == 1; otherwise the engine keeps its own R-typed accumulation); the
-  // trainer zeroes it before the next backward, as before. Stage 2 keeps whole gradients here
-  // (the trainer owns them): its gradient savings need the managed engine.
+  // N) elements (int8 moments: attach_capacity(numel, N, 256)); the padding is zeroed and stepped.
+  // Rank 0's parameters are broadcast at attach. After each step() the gradient buffer's content is
+  // unspecified (reduced in place when it can be: W == R and A == 1; otherwise the engine keeps its
+  // own R-typed accumulation); the trainer zeroes it before the next backward, as before. Stage 2
+  // keeps whole gradients here (the trainer owns them): its gradient savings need the managed
+  // engine.
   static std::unique_ptr<Engine> attach(Communicator& comm, const Config& config, void* params,
                                         void* grads, std::size_t numel, std::size_t capacity,
                                         DType dtype, EngineOptions options = {});
