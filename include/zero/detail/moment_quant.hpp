@@ -43,10 +43,11 @@
 // exact), inv = 0 for an all-zero block.
 //
 // The bound (moment_quant_test checks it in float64 on adversarial data): an element x of a
-// block with absmax A comes back as x' with |x' - x| <= A (g / 2) (1 + 2^-20) + 2^-149, g the
-// gap between the two code values around |x| / A (m: at most 0.9 / 64 / 2 = 0.70% of A in the
-// top decade; v: 0.35%; below the smallest code, 1e-6 A for m and 1e-7 A for v, at most half
-// of it).
+// block with absmax A comes back as x' with |x' - x| <= A (g / 2) (1 + 2^-20) + A 2^-20 +
+// 2^-146, g the gap between the two code values around |x| / A (m: at most 0.9 / 64 / 2 = 0.70%
+// of A in the top decade; v: 0.35%; below the smallest code, 1e-6 A for m and 1e-7 A for v, at
+// most half of it); the A 2^-20 covers the near-ties and the f32 roundings of the normalisation
+// and the product, the last term subnormal results.
 //
 // Storage: a moment array is a sequence of records, one per block: the f32 absmax, then the
 // block's codes (the last block of an array may be shorter). moment_bytes(n) is the size of n
