@@ -190,8 +190,8 @@ struct Engine::Impl final : detail::ShardAccess {
       ZERO_CHECK(trainer_capacity >= need, kInvalidArgument, "attach: the buffers hold ",
                  trainer_capacity, " elements; ", numel, " parameters at ", p.in.world_size,
                  " ranks need ", need, " (padded to a multiple of ", p.in.world_size, " x ",
-                 multiple, "): allocate zero::attach_capacity(", numel, ", ", p.in.world_size, ", ",
-                 multiple, ") elements");
+                 multiple, "): allocate zero::attach_capacity(", numel, ", ", p.in.world_size,
+                 multiple != 32 ? ", " + std::to_string(multiple) : std::string(), ") elements");
       // The padding must be zero (it is stepped and gathered like the rest).
       dev->fill(trainer_params + numel * dtype_size(w), 0, (need - numel) * dtype_size(w));
     }
