@@ -2,10 +2,17 @@
 // run (read 4 fp32 arrays, write 3; 28 B/element), and oneTBB's load balancing against a static
 // split when another thread keeps one core busy.
 //
-//   BM_AdamW/<elements>/<threads>/<copy>   copy 0: fp32 (28 B/element), 1: + bf16 copy (30 B)
+//   BM_AdamW/<elements>/<threads>/<copy>/<moments>   copy 0: none, 1: + bf16 copy (2 B more);
+//     moments 0: f32 (28 B/element), 1: bf16 (20 B), 2: int8 (16 B + 2 x 4 B per 256-element
+//     block for the absmax scales: 16.0625 B), each against a ceiling of its own bytes: the
+//     STREAM kernel reads the master and gradient (f32) and the two moment arrays (f32, bf16 or
+//     bytes) and writes the master and the moments, with trivial arithmetic
 //     counters: GB/s (ours), ceiling_GB/s (the STREAM kernel, interleaved with ours iteration by
 //     iteration on the same buffers and threads), pct_of_ceiling = 100 x GB/s / ceiling_GB/s,
 //     pct_median: the same ratio per (step, ceiling) pair, median over the iterations
+//   BM_AdamW_Int8Speedup/<elements>/<threads>: the f32-moment and the int8-moment step (bf16
+//     copy, f32 gradients) interleaved iteration by iteration; speedup_median = f32 time / int8
+//     time per pair (the bytes say 30 / 18.06 = 1.66), f32_GB/s and int8_GB/s
 //   BM_AdamW_BusyNeighbour/<elements>: while a spinning thread pinned to the last CPU runs,
 //     each iteration steps once with oneTBB blocks (2 threads) and once with static halves on
 //     2 std::threads pinned one per CPU (OpenMP schedule(static) with OMP_PROC_BIND); counters
@@ -70,19 +77,75 @@ void stream_plain(float* a, const float* b, float* c, float* d, std::size_t n) {
   }
 }
 
+// The same with moments of 16 or 8 bits: each moment's lowest bit flipped (a mantissa bit of a
+// bf16 value, a code's or an absmax byte's low bit: the state stays finite and normal for the
+// optimizer steps interleaved with this), so the traffic is that of the moment arrays' bytes.
+__attribute__((target("avx512f,avx512bw"))) void stream16_avx512(float* a, const float* b,
+                                                                 std::uint16_t* c, std::uint16_t* d,
+                                                                 std::size_t n) {
+  const __m512 h = _mm512_set1_ps(0.5f), q = _mm512_set1_ps(0.25f);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 bq = _mm512_mul_ps(_mm512_loadu_ps(b + i), q);
+    _mm512_storeu_ps(a + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(a + i), h), bq));
+    auto* pc = reinterpret_cast<__m256i*>(c + i);
+    auto* pd = reinterpret_cast<__m256i*>(d + i);
+    const __m256i one = _mm256_set1_epi16(1);
+    _mm256_storeu_si256(pc, _mm256_xor_si256(_mm256_loadu_si256(pc), one));
+    _mm256_storeu_si256(pd, _mm256_xor_si256(_mm256_loadu_si256(pd), one));
+  }
+  for (; i < n; ++i) {
+    a[i] = a[i] * 0.5f + b[i] * 0.25f;
+    c[i] ^= 1;
+    d[i] ^= 1;
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) void stream8_avx512(float* a, const float* b,
+                                                                std::uint8_t* c, std::uint8_t* d,
+                                                                std::size_t n) {
+  const __m512 h = _mm512_set1_ps(0.5f), q = _mm512_set1_ps(0.25f);
+  const __m128i one = _mm_set1_epi8(1);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 bq = _mm512_mul_ps(_mm512_loadu_ps(b + i), q);
+    _mm512_storeu_ps(a + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(a + i), h), bq));
+    auto* pc = reinterpret_cast<__m128i*>(c + i);
+    auto* pd = reinterpret_cast<__m128i*>(d + i);
+    _mm_storeu_si128(pc, _mm_xor_si128(_mm_loadu_si128(pc), one));
+    _mm_storeu_si128(pd, _mm_xor_si128(_mm_loadu_si128(pd), one));
+  }
+  for (; i < n; ++i) {
+    a[i] = a[i] * 0.5f + b[i] * 0.25f;
+    c[i] ^= 1;
+    d[i] ^= 1;
+  }
+}
+
+template <typename T>
+void stream_narrow_plain(float* a, const float* b, T* c, T* d, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = a[i] * 0.5f + b[i] * 0.25f;
+    c[i] ^= 1;
+    d[i] ^= 1;
+  }
+}
+
 // ---- one AdamW shard in huge-page, pre-faulted host memory
 struct Shard {
   zero::MemoryTracker tracker;
   Buffer p, g, m, v, copy;
   zero::ShardRef ref;
+  zero::MomentDType moments;
 
-  Shard(std::size_t n, bool with_copy) {
+  Shard(std::size_t n, bool with_copy, zero::MomentDType md = zero::MomentDType::kF32)
+      : moments(md) {
     AllocOptions pre;
     pre.prefault = true;
     p = Buffer::host(tracker, MemCategory::kMasterParams, n * 4, pre);
     g = Buffer::host(tracker, MemCategory::kGradients, n * 4, pre);
-    m = Buffer::host(tracker, MemCategory::kOptimizerState, n * 4, pre);
-    v = Buffer::host(tracker, MemCategory::kOptimizerState, n * 4, pre);
+    m = Buffer::host(tracker, MemCategory::kOptimizerState, zero::state_bytes(md, n), pre);
+    v = Buffer::host(tracker, MemCategory::kOptimizerState, zero::state_bytes(md, n), pre);
     if (with_copy) copy = Buffer::host(tracker, MemCategory::kParams16, n * 2, pre);
     float* pf = p.as<float>();
     float* gf = g.as<float>();
@@ -106,12 +169,64 @@ struct Shard {
   }
 };
 
-zero::OptimizerParams adamw() {
+zero::OptimizerParams adamw(zero::MomentDType md = zero::MomentDType::kF32) {
   zero::OptimizerParams hp;
   hp.type = zero::OptimizerType::kAdamW;
   hp.lr = 1e-4;
   hp.weight_decay = 0.01;
+  hp.moment_dtype = md;
   return hp;
+}
+
+// Bytes per element the step moves: master read + written, f32 gradient read, each moment read
+// and written (int8: with its block's absmax), the copy written.
+double step_bytes(zero::MomentDType md, bool with_copy) {
+  const double moment = static_cast<double>(zero::state_bytes(md, zero::kInt8MomentBlock)) /
+                        static_cast<double>(zero::kInt8MomentBlock);
+  return 8.0 + 4.0 + 4.0 * moment + (with_copy ? 2.0 : 0.0);
+}
+// What the STREAM kernel for these moments moves: the same without the copy and the scales.
+double ceiling_bytes(zero::MomentDType md) {
+  const double moment =
+      md == zero::MomentDType::kF32 ? 4.0 : (md == zero::MomentDType::kBF16 ? 2.0 : 1.0);
+  return 8.0 + 4.0 + 4.0 * moment;
+}
+
+// The STREAM kernel over shard s's arrays, block by block as the optimizer splits the work.
+void run_ceiling(Shard& s, std::size_t n, tbb::task_arena& arena) {
+  const bool avx512 = zero::isa_supported(zero::Isa::kAvx512);
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, (n + kBlock - 1) / kBlock, 1),
+        [&](const tbb::blocked_range<std::size_t>& r) {
+          for (std::size_t b = r.begin(); b != r.end(); ++b) {
+            const std::size_t i = b * kBlock, len = std::min(kBlock, n - i);
+            float* a = s.p.as<float>() + i;
+            const float* bb = s.g.as<float>() + i;
+            switch (s.moments) {
+              case zero::MomentDType::kF32: {
+                float* c = s.m.as<float>() + i;
+                float* d = s.v.as<float>() + i;
+                avx512 ? stream_avx512(a, bb, c, d, len) : stream_plain(a, bb, c, d, len);
+                break;
+              }
+              case zero::MomentDType::kBF16: {
+                auto* c = s.m.as<std::uint16_t>() + i;
+                auto* d = s.v.as<std::uint16_t>() + i;
+                avx512 ? stream16_avx512(a, bb, c, d, len) : stream_narrow_plain(a, bb, c, d, len);
+                break;
+              }
+              case zero::MomentDType::kInt8: {
+                auto* c = s.m.as<std::uint8_t>() + i;
+                auto* d = s.v.as<std::uint8_t>() + i;
+                avx512 ? stream8_avx512(a, bb, c, d, len) : stream_narrow_plain(a, bb, c, d, len);
+                break;
+              }
+            }
+          }
+        },
+        tbb::simple_partitioner());
+  });
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -123,31 +238,15 @@ void BM_AdamW(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
   const bool with_copy = state.range(2) != 0;
-  Shard s(n, with_copy);
+  const auto md = static_cast<zero::MomentDType>(state.range(3));
+  Shard s(n, with_copy, md);
   zero::CpuExecOptions o;
   o.threads = threads;
   zero::CpuOptimizer opt(o);
-  opt.init_state(adamw(), s.ref);
+  const zero::OptimizerParams hp = adamw(md);
+  opt.init_state(hp, s.ref);
   tbb::task_arena arena(threads);
-  const bool avx512 = zero::isa_supported(zero::Isa::kAvx512);
-  auto ceiling = [&] {
-    arena.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, (n + kBlock - 1) / kBlock, 1),
-          [&](const tbb::blocked_range<std::size_t>& r) {
-            for (std::size_t b = r.begin(); b != r.end(); ++b) {
-              const std::size_t i = b * kBlock, len = std::min(kBlock, n - i);
-              float* a = s.p.as<float>() + i;
-              const float* bb = s.g.as<float>() + i;
-              float* c = s.m.as<float>() + i;
-              float* d = s.v.as<float>() + i;
-              avx512 ? stream_avx512(a, bb, c, d, len) : stream_plain(a, bb, c, d, len);
-            }
-          },
-          tbb::simple_partitioner());
-    });
-  };
-  const zero::OptimizerParams hp = adamw();
+  auto ceiling = [&] { run_ceiling(s, n, arena); };
   // Warm up both (page tables, TBB workers), then interleave: the same conditions for both.
   opt.step(hp, s.ref, 1);
   ceiling();
@@ -166,11 +265,12 @@ void BM_AdamW(benchmark::State& state) {
     const double tc = seconds_since(t0);
     ceiling_s += tc;
     ratios.push_back(tc / t);
-    // The ceiling kernel rewrote m and v with finite values; the next step stays finite.
+    // The ceiling kernel rewrote m and v with finite values (int8: codes, and the absmax words
+    // of the records with codes too: finite, the next step stays finite).
   }
   const double iters = static_cast<double>(state.iterations());
-  const double bytes_ours = static_cast<double>(n) * (with_copy ? 30.0 : 28.0);
-  const double bytes_ceiling = static_cast<double>(n) * 28.0;
+  const double bytes_ours = static_cast<double>(n) * step_bytes(md, with_copy);
+  const double bytes_ceiling = static_cast<double>(n) * ceiling_bytes(md);
   const double ours = bytes_ours * iters / ours_s / 1e9;
   const double ceil = bytes_ceiling * iters / ceiling_s / 1e9;
   state.counters["GB/s"] = ours;
@@ -180,7 +280,51 @@ void BM_AdamW(benchmark::State& state) {
   // the median kept: robust to other processes taking a core for part of the run.
   std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
   state.counters["pct_median"] = 100.0 * ratios[ratios.size() / 2] * bytes_ours / bytes_ceiling;
-  state.SetLabel(std::string(zero::to_string(opt.isa())) + (with_copy ? " +bf16 copy" : " fp32"));
+  state.SetLabel(std::string(zero::to_string(opt.isa())) + " " + std::string(zero::to_string(md)) +
+                 " moments" + (with_copy ? " +bf16 copy" : ""));
+}
+
+// ---- BM_AdamW_Int8Speedup
+void BM_AdamW_Int8Speedup(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  Shard f(n, true, zero::MomentDType::kF32), q(n, true, zero::MomentDType::kInt8);
+  zero::CpuExecOptions o;
+  o.threads = threads;
+  zero::CpuOptimizer opt(o);
+  const zero::OptimizerParams hf = adamw(zero::MomentDType::kF32);
+  const zero::OptimizerParams hq = adamw(zero::MomentDType::kInt8);
+  opt.init_state(hf, f.ref);
+  opt.init_state(hq, q.ref);
+  opt.step(hf, f.ref, 1);
+  opt.step(hq, q.ref, 1);
+  std::int64_t step = 2;
+  double f_s = 0, q_s = 0;
+  std::vector<double> speedups;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    opt.step(hq, q.ref, step);
+    const double tq = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    opt.step(hf, f.ref, step);
+    const double tf = seconds_since(t0);
+    ++step;
+    q_s += tq;
+    f_s += tf;
+    speedups.push_back(tf / tq);
+    state.SetIterationTime(tq);
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["int8_GB/s"] =
+      static_cast<double>(n) * step_bytes(zero::MomentDType::kInt8, true) * iters / q_s / 1e9;
+  state.counters["f32_GB/s"] =
+      static_cast<double>(n) * step_bytes(zero::MomentDType::kF32, true) * iters / f_s / 1e9;
+  std::nth_element(speedups.begin(), speedups.begin() + speedups.size() / 2, speedups.end());
+  state.counters["speedup_median"] = speedups[speedups.size() / 2];
+  state.counters["bytes_ratio"] =
+      step_bytes(zero::MomentDType::kF32, true) / step_bytes(zero::MomentDType::kInt8, true);
+  state.SetLabel(std::string(zero::to_string(opt.isa())) +
+                 ": int8 vs f32 moments, +bf16 copy, reported time int8's");
 }
 
 // ---- BM_AdamW_BusyNeighbour
@@ -273,8 +417,15 @@ void BM_AdamW_BusyNeighbour(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_AdamW)
-    ->ArgNames({"elements", "threads", "copy"})
-    ->ArgsProduct({{16 << 20, 64 << 20}, {1, 2}, {0, 1}})
+    ->ArgNames({"elements", "threads", "copy", "moments"})
+    ->ArgsProduct({{16 << 20, 64 << 20}, {1, 2}, {0, 1}, {0, 1, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
+
+BENCHMARK(BM_AdamW_Int8Speedup)
+    ->ArgNames({"elements", "threads"})
+    ->ArgsProduct({{16 << 20, 64 << 20}, {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);

@@ -16,7 +16,7 @@ FreshStateLoader::FreshStateLoader(Engine& engine) : engine_(engine) {
   if (op.num_states() == 0) return;
   std::size_t n = 0;
   for (UnitId u = 0; u < engine.num_units(); ++u) n = std::max(n, engine.unit_step_numel(u));
-  bytes_ = n * dtype_size(op.state_dtype());
+  bytes_ = state_bytes(op.state_dtype(), n);
   if (bytes_ == 0) return;
   void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ZERO_CHECK(p != MAP_FAILED, kOutOfMemory, "load: mapping ", bytes_,

@@ -34,13 +34,17 @@ std::string resolve(const std::string& path) {
 
 namespace {
 
-// The pieces of one parameter overlapping [lo, hi).
+// The pieces overlapping [lo, hi) (one parameter's, or a unit's int8 state pieces).
 template <typename Fn>
-void for_overlap(const ParamEntry& p, std::size_t lo, std::size_t hi, Fn&& fn) {
-  for (const Piece& pc : p.pieces) {
+void for_overlap(const std::vector<Piece>& pieces, std::size_t lo, std::size_t hi, Fn&& fn) {
+  for (const Piece& pc : pieces) {
     const std::size_t a = std::max(lo, pc.begin), b = std::min(hi, pc.end);
     if (a < b) fn(pc, a, b);
   }
+}
+template <typename Fn>
+void for_overlap(const ParamEntry& p, std::size_t lo, std::size_t hi, Fn&& fn) {
+  for_overlap(p.pieces, lo, hi, fn);
 }
 
 }  // namespace
@@ -68,6 +72,13 @@ LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) 
           m.units[static_cast<std::size_t>(s.unit)].params[static_cast<std::size_t>(s.param)];
       for_overlap(p, s.begin, s.end,
                   [&](const Piece& pc, std::size_t, std::size_t) { need.insert(pc.file); });
+    }
+    if (!weights_only) {
+      for (UnitId u = 0; u < e.num_units(); ++u) {
+        const std::size_t b = e.unit_step_begin(u);
+        for_overlap(m.units[static_cast<std::size_t>(u)].states, b, b + e.unit_step_numel(u),
+                    [&](const Piece& pc, std::size_t, std::size_t) { need.insert(pc.file); });
+      }
     }
     for (const std::string& f : need) {
       const FileEntry* fe = m.file(f);
@@ -100,7 +111,12 @@ LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) 
   // Weights only: the masters alone are read; the state is a new engine's (fresh_state.hpp).
   std::unique_ptr<FreshStateLoader> fresh;
   if (weights_only) fresh = std::make_unique<FreshStateLoader>(e);
-  const std::size_t sd = dtype_size(op.state_dtype());
+  // int8 moments are read by unit range (UnitEntry::states) as they were saved: the blocks are
+  // the same at any world size (units are padded to N x the block, so a shard starts on a
+  // block at every N), and any overlap of a saved range with this rank's is whole blocks.
+  const MomentDType st = op.state_dtype();
+  const bool by_unit = st == MomentDType::kInt8;
+  const std::size_t sd = by_unit ? 0 : state_bytes(st, 1);
   std::map<std::string, std::unique_ptr<FileReader>> readers;
   auto reader = [&](const std::string& f) -> const FileReader& {
     auto& r = readers[f];
@@ -114,7 +130,7 @@ LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) 
   for (UnitId u = 0; u < e.num_units(); ++u) {
     const std::size_t n = e.unit_step_numel(u);
     master.assign(n, 0.0f);  // the padding is zero, as the engine keeps it
-    for (auto& st : states) st.assign(n * sd, 0);
+    for (auto& s : states) s.assign(state_bytes(st, n), 0);
     for (; next < shards.size() && shards[next].unit == u; ++next) {
       const ParamShard& s = shards[next];
       const ParamEntry& p =
@@ -123,11 +139,29 @@ LoadResult load(Engine& e, const std::string& path, const LoadOptions& options) 
         const FileReader& r = reader(pc.file);
         const std::size_t at = s.shard_offset + (a - s.begin);
         r.read(pc.master_offset + (a - pc.begin) * 4, master.data() + at, (b - a) * 4);
+        if (by_unit) return;
         for (std::size_t k = 0; k < states.size(); ++k) {
           r.read(pc.state_offsets[k] + (a - pc.begin) * sd, states[k].data() + at * sd,
                  (b - a) * sd);
         }
       });
+    }
+    if (by_unit && !states.empty()) {
+      const std::size_t begin = e.unit_step_begin(u);
+      for_overlap(m.units[static_cast<std::size_t>(u)].states, begin, begin + n,
+                  [&](const Piece& pc, std::size_t a, std::size_t b) {
+                    ZERO_CHECK(a % kInt8MomentBlock == 0 &&
+                                   (b % kInt8MomentBlock == 0 || b == begin + n || b == pc.end),
+                               kCorruption, "checkpoint '", dir, "': unit ",
+                               m.units[static_cast<std::size_t>(u)].name, ": a saved state range [",
+                               pc.begin, ", ", pc.end, ") meets this rank's [", begin, ", ",
+                               begin + n, ") inside a quantization block");
+                    const FileReader& r = reader(pc.file);
+                    for (std::size_t k = 0; k < states.size(); ++k) {
+                      r.read(pc.state_offsets[k] + state_bytes(st, a - pc.begin),
+                             states[k].data() + state_bytes(st, a - begin), state_bytes(st, b - a));
+                    }
+                  });
     }
     std::vector<const void*> sp;
     for (auto& st : states) sp.push_back(st.data());

@@ -113,7 +113,13 @@ std::string Manifest::to_json() const {
                           {"dtype", "f32"},
                           {"pieces", pieces_j}});
     }
-    units_j.push_back({{"name", u.name}, {"params", params_j}});
+    json unit_j = {{"name", u.name}, {"params", params_j}};
+    if (!u.states.empty()) {
+      json states_j = json::array();
+      for (const Piece& pc : u.states) states_j.push_back(piece_json(pc));
+      unit_j["states"] = states_j;
+    }
+    units_j.push_back(unit_j);
   }
   json files_j = json::array();
   for (const FileEntry& f : files) files_j.push_back(file_json(f));
@@ -204,6 +210,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
   m.loss_scaler.last_overflow_iter = field<std::int64_t>(ls, "last_overflow_iter", where);
   m.loss_scaler.cur_hysteresis = field<int>(ls, "cur_hysteresis", where);
   m.config_json = field<json>(j, "config", where).dump();
+  // int8 moments are saved by unit range (UnitEntry::states), the others with each parameter.
+  const bool unit_states = m.state_dtype == to_string(MomentDType::kInt8);
   for (const json& uj : field<json>(j, "units", where)) {
     UnitEntry u;
     u.name = field<std::string>(uj, "name", where);
@@ -215,19 +223,35 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
       for (const json& cj : field<json>(pj, "pieces", where)) {
         p.pieces.push_back(parse_piece(cj, where));
       }
-      // The pieces tile the parameter (what a load relies on).
+      // The pieces tile the parameter (what a load relies on); with int8 moments they hold the
+      // master alone (the unit's state pieces hold the state).
+      const std::size_t piece_states = unit_states ? 0 : static_cast<std::size_t>(m.num_states);
       std::size_t at = 0;
       for (const Piece& pc : p.pieces) {
-        ZERO_CHECK(pc.begin == at && pc.end <= p.numel &&
-                       pc.state_offsets.size() == static_cast<std::size_t>(m.num_states),
+        ZERO_CHECK(pc.begin == at && pc.end <= p.numel && pc.state_offsets.size() == piece_states,
                    kCorruption, "checkpoint manifest '", where, "': parameter '", u.name, ".",
-                   p.name, "': its pieces do not tile [0, ", p.numel, ") with ", m.num_states,
+                   p.name, "': its pieces do not tile [0, ", p.numel, ") with ", piece_states,
                    " states each (a piece at [", pc.begin, ", ", pc.end, "))");
         at = pc.end;
       }
       ZERO_CHECK(at == p.numel, kCorruption, "checkpoint manifest '", where, "': parameter '",
                  u.name, ".", p.name, "': its pieces cover ", at, " of ", p.numel, " elements");
       u.params.push_back(std::move(p));
+    }
+    if (uj.contains("states")) {
+      std::size_t at = 0;
+      for (const json& cj : field<json>(uj, "states", where)) {
+        Piece pc = parse_piece(cj, where);
+        ZERO_CHECK(unit_states && pc.begin >= at &&
+                       pc.state_offsets.size() == static_cast<std::size_t>(m.num_states) &&
+                       pc.begin % kInt8MomentBlock == 0,
+                   kCorruption, "checkpoint manifest '", where, "': unit '", u.name,
+                   "': its state pieces are not sorted, disjoint, block-aligned ranges with ",
+                   m.num_states, " states each (a piece at [", pc.begin, ", ", pc.end,
+                   ")), or the state dtype ", m.state_dtype, " keeps none");
+        at = pc.end;
+        u.states.push_back(std::move(pc));
+      }
     }
     m.units.push_back(std::move(u));
   }
@@ -254,6 +278,15 @@ std::string Fragment::to_json() const {
     units_j.push_back(params_j);
   }
   json j = {{"rank", rank}, {"pieces", units_j}};
+  if (!unit_states.empty()) {
+    json states_j = json::array();
+    for (const auto& unit : unit_states) {
+      json uj = json::array();
+      for (const Piece& p : unit) uj.push_back(piece_json(p));
+      states_j.push_back(uj);
+    }
+    j["unit_states"] = states_j;
+  }
   if (file.has_value()) j["file"] = file_json(*file);
   return j.dump();
 }
@@ -275,6 +308,13 @@ Fragment Fragment::parse(const std::string& text, const std::string& where) {
       unit.push_back(std::move(param));
     }
     f.pieces.push_back(std::move(unit));
+  }
+  if (j.contains("unit_states")) {
+    for (const json& uj : field<json>(j, "unit_states", where)) {
+      std::vector<Piece> unit;
+      for (const json& cj : uj) unit.push_back(parse_piece(cj, where));
+      f.unit_states.push_back(std::move(unit));
+    }
   }
   if (j.contains("file")) f.file = parse_file(j.at("file"), where);
   return f;

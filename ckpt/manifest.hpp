@@ -22,6 +22,8 @@ inline constexpr const char* kLatest = "latest";
 
 // Elements [begin, end) of one parameter (flattened), stored in `file`: the fp32 master at
 // byte master_offset, optimizer state k at state_offsets[k] (the optimizer's state dtype).
+// int8 moments are saved by unit instead (UnitEntry::states): a quantization block spans
+// parameters, so a parameter's piece then holds the master alone (no state offsets).
 struct Piece {
   std::string file;
   std::size_t begin = 0, end = 0;
@@ -39,6 +41,11 @@ struct ParamEntry {
 struct UnitEntry {
   std::string name;
   std::vector<ParamEntry> params;
+  // int8 moments: the optimizer state of elements [begin, end) of the unit's padded range (the
+  // saving rank's stepped range: whole quantization blocks, each with its absmax), as the
+  // engine holds it, state k at state_offsets[k] (master_offset unused). Sorted, disjoint; a
+  // range no piece covers (padding past the saved layout) is zero, as the engine starts it.
+  std::vector<Piece> states;
 };
 
 struct FileEntry {
@@ -73,6 +80,7 @@ struct Manifest {
 struct Fragment {
   int rank = 0;
   std::vector<std::vector<std::vector<Piece>>> pieces;  // [unit][param]
+  std::vector<std::vector<Piece>> unit_states;          // [unit]: int8 moments (UnitEntry::states)
   std::optional<FileEntry> file;
   std::string to_json() const;
   static Fragment parse(const std::string& text, const std::string& where);

@@ -42,7 +42,7 @@ void copy_unit(Engine& e, UnitId u, UnitData& d) {
   e.copy_master_shard(u, d.master.data());
   d.states.resize(static_cast<std::size_t>(op.num_states()));
   for (int k = 0; k < op.num_states(); ++k) {
-    d.states[static_cast<std::size_t>(k)].resize(n * dtype_size(op.state_dtype()));
+    d.states[static_cast<std::size_t>(k)].resize(state_bytes(op.state_dtype(), n));
     e.copy_state_shard(u, k, d.states[static_cast<std::size_t>(k)].data());
   }
 }
@@ -68,8 +68,13 @@ struct Job {
       const UnitData& d = source(s.unit);
       const std::size_t n = s.end - s.begin;
       w.write(d.master.data() + s.shard_offset, n * 4);
+      if (!layout.unit_states.empty()) continue;  // int8: the states follow, by unit
       for (const auto& st : d.states)
         w.write(st.data() + s.shard_offset * state_bytes, n * state_bytes);
+    }
+    for (std::size_t u = 0; u < layout.unit_states.size(); ++u) {
+      if (layout.unit_states[u].empty()) continue;
+      for (const auto& st : source(static_cast<UnitId>(u)).states) w.write(st.data(), st.size());
     }
     data_digest = FileEntry{layout.file, w.finish()};
   }
@@ -85,6 +90,7 @@ struct Job {
       if (unit.size() <= static_cast<std::size_t>(s.param)) unit.resize(s.param + 1);
       unit[static_cast<std::size_t>(s.param)].push_back(layout.pieces[i++]);
     }
+    f.unit_states = layout.unit_states;
     write_file_atomic(tmp, fragment_name(rank), f.to_json());
   }
 
@@ -136,12 +142,15 @@ struct Job {
           dst.insert(dst.end(), f.pieces[u][p].begin(), f.pieces[u][p].end());
         }
       }
-    }
-    for (UnitEntry& u : m.units) {
-      for (ParamEntry& p : u.params) {
-        std::sort(p.pieces.begin(), p.pieces.end(),
-                  [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+      for (std::size_t u = 0; u < f.unit_states.size() && u < m.units.size(); ++u) {
+        auto& dst = m.units[u].states;
+        dst.insert(dst.end(), f.unit_states[u].begin(), f.unit_states[u].end());
       }
+    }
+    const auto by_begin = [](const Piece& a, const Piece& b) { return a.begin < b.begin; };
+    for (UnitEntry& u : m.units) {
+      for (ParamEntry& p : u.params) std::sort(p.pieces.begin(), p.pieces.end(), by_begin);
+      std::sort(u.states.begin(), u.states.end(), by_begin);
     }
     {
       FileWriter w(tmp + "/" + kTrainerFile);
@@ -300,7 +309,7 @@ SaveInfo Saver::save(std::string_view trainer_state) {
   local = nullptr;
   try {
     job->layout = rank_layout(e);
-    job->state_bytes = dtype_size(e.optimizer_params().state_dtype());
+    job->state_bytes = state_bytes(e.optimizer_params().state_dtype(), 1);
     job->manifest_units = static_cast<std::size_t>(e.num_units());
     if (job->rank == 0) {
       job->manifest = manifest_of(e);

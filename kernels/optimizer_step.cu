@@ -3,13 +3,20 @@
 // handles 4 consecutive elements per iteration with 16-byte loads of the f32 arrays (8 bytes for
 // 16-bit arrays) when the shard's arrays are aligned for it, element by element otherwise.
 // The update itself is the shared per-element function of zero/detail/optim_math.hpp.
+//
+// int8 moments (zero/detail/moment_quant.hpp) have a kernel of their own: one thread block per
+// quantization block (kMomentBlock threads, one element each), the element's run found among the
+// launch's runs; dequantize, adam_update, the block's absmax by a shared-memory reduction, the
+// codes by the shared nearest-code search on tables in shared memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda_check.hpp"
 #include "zero/detail/kernels.hpp"
+#include "zero/detail/moment_quant.hpp"
 #include "zero/detail/optim_math.hpp"
 #include "zero/error.hpp"
 
@@ -146,6 +153,114 @@ __global__ void __launch_bounds__(kThreads) optimizer_step_kernel(ShardList L, S
   }
 }
 
+// ---- int8 moments
+
+constexpr int kQ8Threads = 256;
+static_assert(optim::kMomentBlock == kQ8Threads, "one thread per element of a block");
+constexpr int kMaxRuns = 24;  // Q8Launch must stay within the 4 KB of kernel parameters
+
+// The code tables, the same constant expression the host's kMomentCodes is.
+__device__ const optim::MomentCodes kDeviceCodes = optim::make_moment_codes();
+
+// One launch: blocks [begin, end) of a shard (begin on a block; end on one or the shard's end)
+// and the runs that cover them (run r ends at run_end[r], absolute).
+struct Q8Launch {
+  float* p;
+  void* copy;
+  const void* g;
+  std::uint8_t* s0;
+  std::uint8_t* s1;
+  std::size_t begin, end;
+  std::size_t run_end[kMaxRuns];
+  StepScalars sc[kMaxRuns];
+  int nruns;
+};
+
+__device__ __forceinline__ std::uint32_t block_max(std::uint32_t x, std::uint32_t* warp_max) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const std::uint32_t o = __shfl_xor_sync(0xffffffffu, x, off);
+    x = o > x ? o : x;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // warp_max may still be read from the previous block
+  if (lane == 0) warp_max[warp] = x;
+  __syncthreads();
+  std::uint32_t r = 0;
+  for (int w = 0; w < kQ8Threads / 32; ++w) r = warp_max[w] > r ? warp_max[w] : r;
+  return r;
+}
+
+template <DType G, Copy C>
+__global__ void __launch_bounds__(kQ8Threads) q8_step_kernel(Q8Launch L) {
+  __shared__ optim::MomentCodes codes;
+  __shared__ std::uint32_t warp_max[kQ8Threads / 32];
+  {
+    const std::uint32_t* src = reinterpret_cast<const std::uint32_t*>(&kDeviceCodes);
+    std::uint32_t* dst = reinterpret_cast<std::uint32_t*>(&codes);
+    for (std::size_t w = threadIdx.x; w < sizeof(codes) / 4; w += kQ8Threads) dst[w] = src[w];
+  }
+  __syncthreads();
+  const std::size_t nblocks = (L.end - L.begin + optim::kMomentBlock - 1) / optim::kMomentBlock;
+  for (std::size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
+    const std::size_t c0 = L.begin + b * optim::kMomentBlock;
+    const std::size_t i = c0 + threadIdx.x;
+    const bool live = i < L.end;
+    std::uint8_t* rec_m = L.s0 + (c0 / optim::kMomentBlock) * optim::kMomentRecord;
+    std::uint8_t* rec_v = L.s1 + (c0 / optim::kMomentBlock) * optim::kMomentRecord;
+    float m = 0.0f, v = 0.0f;
+    if (live) {
+      int r = 0;
+      while (L.run_end[r] <= i) ++r;  // the runs cover [begin, end)
+      m = optim::m_value(codes, rec_m[4 + threadIdx.x], optim::load_absmax(rec_m));
+      v = optim::v_value(codes, rec_v[4 + threadIdx.x], optim::load_absmax(rec_v));
+      float p = L.p[i];
+      optim::adam_update(L.sc[r], ld<G>(L.g, i), p, m, v);
+      L.p[i] = p;
+      if constexpr (C == Copy::kBF16) st<DType::kBF16>(L.copy, i, p);
+      if constexpr (C == Copy::kF16) st<DType::kF16>(L.copy, i, p);
+    }
+    // Every thread has read its codes and both absmax words before they are overwritten.
+    const std::uint32_t am = block_max(live ? optim::abs_bits(m) : 0u, warp_max);
+    const std::uint32_t av = block_max(live ? optim::abs_bits(v) : 0u, warp_max);
+    if (threadIdx.x == 0) {
+      optim::store_absmax(rec_m, am);
+      optim::store_absmax(rec_v, av);
+    }
+    if (live) {
+      rec_m[4 + threadIdx.x] = optim::m_code(codes, optim::normalise(optim::block_norm(am), m));
+      rec_v[4 + threadIdx.x] = optim::v_code(codes, optim::normalise(optim::block_norm(av), v));
+    }
+  }
+}
+
+using Q8Fn = void (*)(const Q8Launch&, cudaStream_t);
+
+template <DType G, Copy C>
+void q8_launch(const Q8Launch& L, cudaStream_t stream) {
+  const std::size_t nblocks = (L.end - L.begin + optim::kMomentBlock - 1) / optim::kMomentBlock;
+  q8_step_kernel<G, C><<<grid_size(nblocks, 8), kQ8Threads, 0, stream>>>(L);
+  check_launch("q8_step_kernel");
+}
+
+template <DType G>
+Q8Fn q8_pick_copy(Copy c) {
+  switch (c) {
+    case Copy::kNone: return &q8_launch<G, Copy::kNone>;
+    case Copy::kBF16: return &q8_launch<G, Copy::kBF16>;
+    case Copy::kF16: return &q8_launch<G, Copy::kF16>;
+  }
+  return nullptr;
+}
+
+Q8Fn q8_pick(DType g, Copy c) {
+  switch (g) {
+    case DType::kF32: return q8_pick_copy<DType::kF32>(c);
+    case DType::kBF16: return q8_pick_copy<DType::kBF16>(c);
+    case DType::kF16: return q8_pick_copy<DType::kF16>(c);
+  }
+  return nullptr;
+}
+
 // ---- host: pick the instantiation
 using Launch = void (*)(const ShardList&, const StepScalars&, cudaStream_t);
 
@@ -213,8 +328,11 @@ void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::
   if (count == 0) return;
   ZERO_CHECK(shards != nullptr, kInvalidArgument, "GPU optimizer step: shards is null for ", count,
              " shards");
+  ZERO_CHECK(params.state_dtype() != MomentDType::kInt8, kInvalidArgument,
+             "GPU optimizer step: int8 moments step through optimizer_step_runs (a quantization "
+             "block is stepped whole)");
   const Rule rule = optim::rule_of(params);
-  const DType st = params.state_dtype();
+  const DType st = params.state_dtype() == MomentDType::kBF16 ? DType::kBF16 : DType::kF32;
   const int ns = params.num_states();
   // Check everything before the first launch: an error leaves every shard untouched.
   for (std::size_t k = 0; k < count; ++k) {
@@ -268,6 +386,90 @@ void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::
                to_string(params.type), " grad ", to_string(g), " state ", to_string(st));
     fn(L, sc, static_cast<cudaStream_t>(stream));
   }
+}
+
+void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                         const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                         std::int64_t step, float grad_scale, void* stream) {
+  ZERO_CHECK(groups != nullptr && num_groups > 0, kInvalidArgument,
+             "GPU optimizer step: no parameter groups");
+  ZERO_CHECK(runs != nullptr || num_runs == 0, kInvalidArgument,
+             "GPU optimizer step: runs is null");
+  std::vector<StepScalars> sc;
+  for (std::size_t g = 0; g < num_groups; ++g) {
+    sc.push_back(optim::make_step_scalars(groups[g], step, grad_scale));
+    ZERO_CHECK(groups[g].type == groups[0].type &&
+                   groups[g].state_dtype() == groups[0].state_dtype() &&
+                   groups[g].num_states() == groups[0].num_states(),
+               kInvalidArgument, "GPU optimizer step: parameter groups differ in rule or state");
+  }
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < num_runs; ++r) {
+    ZERO_CHECK(runs[r].at == at && runs[r].count <= shard.count - at && runs[r].group >= 0 &&
+                   static_cast<std::size_t>(runs[r].group) < num_groups,
+               kInvalidArgument, "GPU optimizer step: run ", r, " [", runs[r].at, ", ",
+               runs[r].at + runs[r].count, ") of group ", runs[r].group,
+               " does not continue the runs at ", at, " of a shard of ", shard.count, " elements");
+    at += runs[r].count;
+  }
+  ZERO_CHECK(at == shard.count, kInvalidArgument, "GPU optimizer step: the runs cover ", at,
+             " of the shard's ", shard.count, " elements");
+  if (shard.count == 0) return;
+  const OptimizerParams& first = groups[0];
+  if (first.state_dtype() != MomentDType::kInt8) {
+    for (std::size_t r = 0; r < num_runs; ++r) {
+      if (runs[r].count == 0) continue;
+      const ShardRef part = shard.part(runs[r].at, runs[r].count, first.state_dtype());
+      optimizer_step(groups[static_cast<std::size_t>(runs[r].group)], &part, 1, step, grad_scale,
+                     stream);
+    }
+    return;
+  }
+  check_array(shard.master, DType::kF32, 0, "master");
+  check_array(shard.grad, shard.grad_dtype, 0, "grad");
+  for (int j = 0; j < 2; ++j) {
+    ZERO_CHECK(shard.state[j] != nullptr && aligned(shard.state[j], 4), kInvalidArgument,
+               "GPU optimizer step: int8 state[", j, "] is null or not aligned to 4 bytes");
+  }
+  Copy c = Copy::kNone;
+  if (shard.param_copy != nullptr) {
+    ZERO_CHECK(shard.param_copy_dtype != DType::kF32, kInvalidArgument,
+               "GPU optimizer step: param_copy_dtype must be bf16 or f16");
+    check_array(shard.param_copy, shard.param_copy_dtype, 0, "param_copy");
+    c = shard.param_copy_dtype == DType::kBF16 ? Copy::kBF16 : Copy::kF16;
+  }
+  const Q8Fn fn = q8_pick(shard.grad_dtype, c);
+  ZERO_CHECK(fn != nullptr, kInternal, "GPU optimizer step: no int8 kernel for grad ",
+             to_string(shard.grad_dtype));
+  // Launches of at most kMaxRuns runs each, cut on block boundaries.
+  std::vector<Q8Launch> launches;
+  std::size_t r = 0, begin = 0;
+  constexpr std::size_t kB = optim::kMomentBlock;
+  while (begin < shard.count) {
+    while (runs[r].at + runs[r].count <= begin) ++r;  // the run holding `begin`
+    Q8Launch L{};
+    L.p = shard.master;
+    L.copy = shard.param_copy;
+    L.g = shard.grad;
+    L.s0 = static_cast<std::uint8_t*>(shard.state[0]);
+    L.s1 = static_cast<std::uint8_t*>(shard.state[1]);
+    L.begin = begin;
+    std::size_t k = r;
+    for (; k < num_runs && L.nruns < kMaxRuns; ++k) {
+      if (runs[k].count == 0) continue;
+      L.run_end[L.nruns] = runs[k].at + runs[k].count;
+      L.sc[L.nruns] = sc[static_cast<std::size_t>(runs[k].group)];
+      ++L.nruns;
+    }
+    const std::size_t covered = L.run_end[L.nruns - 1];
+    L.end = covered == shard.count ? covered : covered / kB * kB;
+    ZERO_CHECK(L.end > begin, kInvalidArgument, "GPU optimizer step: more than ", kMaxRuns,
+               " parameter-group runs inside one quantization block of ", kB, " elements at ",
+               begin);
+    launches.push_back(L);
+    begin = L.end;
+  }
+  for (const Q8Launch& L : launches) fn(L, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace zero::detail::kernels

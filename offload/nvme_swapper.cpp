@@ -259,7 +259,7 @@ ChunkSwapper::Footprint ChunkSwapper::footprint(const std::vector<std::size_t>& 
   for (std::size_t n : chunk_elems) {
     std::size_t slot = 0;
     for (std::size_t k = 0; k < parts.size(); ++k) {
-      const std::size_t b = align_up(n * parts[k].elem_bytes);
+      const std::size_t b = align_up(parts[k].bytes(n));
       slot += b;
       f.part_bytes[k] += b;
     }
@@ -281,7 +281,7 @@ ChunkSwapper::~ChunkSwapper() {
 }
 
 std::size_t ChunkSwapper::part_bytes(std::size_t c, std::size_t k) const {
-  return align_up(elems_.at(c) * parts_.at(k).elem_bytes);
+  return align_up(parts_.at(k).bytes(elems_.at(c)));
 }
 
 std::size_t ChunkSwapper::part_offset(std::size_t c, std::size_t k) const {

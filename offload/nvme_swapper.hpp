@@ -92,6 +92,14 @@ class ChunkSwapper {
   struct Part {
     MemCategory category;    // what the bytes are (charged to the NVMe tier)
     std::size_t elem_bytes;  // bytes per element
+    // Plus block_bytes per block of `block` elements begun (int8 moments: each block's absmax
+    // beside its codes; a chunk then starts on a block).
+    std::size_t block = 1;
+    std::size_t block_bytes = 0;
+    // Bytes of a chunk of n elements (before padding).
+    std::size_t bytes(std::size_t n) const {
+      return n * elem_bytes + block_bytes * ((n + block - 1) / block);
+    }
   };
   struct Options {
     std::string dir;

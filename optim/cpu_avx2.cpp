@@ -157,6 +157,138 @@ struct Avx2Block {
   }
 };
 
+// ---- int8 moments (zero/detail/moment_quant.hpp; the walk over blocks: q8_blocks). Spans and
+// blocks are done 8 lanes at a time; the last < 8 elements of each through the scalar kernel's
+// element code (the same bits).
+
+inline __m256 m_dequant8(const std::uint8_t* codes, __m256 absmax) {
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i mag = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kMomentCodes.m),
+                                             _mm256_and_si256(c, _mm256_set1_epi32(0x7f)), 4);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(mag, sign)), absmax);
+}
+inline __m256 v_dequant8(const std::uint8_t* codes, __m256 absmax) {
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_mul_ps(_mm256_i32gather_ps(kMomentCodes.v, c, 4), absmax);
+}
+
+// magnitude_code() per lane: the region by comparing with each decade top, then
+// base + RNE((y - lo) * inv_step), the top code above 2 and for NaN.
+inline __m256i magnitude_code8(const MomentRegions& r, __m256 y) {
+  __m256i k = _mm256_setzero_si256();
+  for (int d = 1; d < r.count; ++d) {
+    // All ones (-1) where hi_d >= y: subtracting counts it.
+    k = _mm256_sub_epi32(
+        k, _mm256_castps_si256(_mm256_cmp_ps(_mm256_set1_ps(r.hi[d]), y, _CMP_GE_OQ)));
+  }
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(r.lo), k);
+  const __m256 inv = _mm256_permutevar8x32_ps(_mm256_loadu_ps(r.inv_step), k);
+  const __m256i base =
+      _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.base)), k);
+  const __m256 x = _mm256_mul_ps(_mm256_sub_ps(y, lo), inv);
+  __m256i j = _mm256_add_epi32(
+      base, _mm256_cvttps_epi32(_mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  j = _mm256_min_epi32(j, _mm256_set1_epi32(r.top));
+  const __m256 ok = _mm256_cmp_ps(y, _mm256_set1_ps(2.0f), _CMP_LE_OQ);
+  return _mm256_blendv_epi8(_mm256_set1_epi32(r.top), j, _mm256_castps_si256(ok));
+}
+
+// The low byte of each 32-bit lane, 8 bytes stored at p.
+inline void store_bytes8(std::uint8_t* p, __m256i x) {
+  const __m256i pick =
+      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i t = _mm256_shuffle_epi8(x, pick);
+  const __m128i lo = _mm256_castsi256_si128(t), hi = _mm256_extracti128_si256(t, 1);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_unpacklo_epi32(lo, hi));
+}
+
+// MomentAcc lanes: 0-7 the vector lanes, 8 the scalar tails'.
+template <DType G, Copy C>
+struct Avx2Q8 {
+  static void span(const BlockArgs& a, const StepScalars& sc, std::size_t lo, std::size_t hi,
+                   std::size_t c0, float am, float av, const std::uint8_t* cm,
+                   const std::uint8_t* cv, MomentScratch& scr, MomentAcc& acc) {
+    const Scalars8 s = broadcast(sc);
+    const __m256 vam = _mm256_set1_ps(am), vav = _mm256_set1_ps(av);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    __m256i acc_m = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc.m));
+    __m256i acc_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc.v));
+    std::size_t i = lo;
+    for (; i + 8 <= hi; i += 8) {
+      const std::size_t j = i - c0;
+      const __m256 g = load8<G>(a.g, i);
+      __m256 p = load8<DType::kF32>(a.p, i);
+      __m256 m = m_dequant8(cm + j, vam);
+      __m256 v = v_dequant8(cv + j, vav);
+      adam8(s, g, p, m, v);
+      store8<DType::kF32>(a.p, i, p);
+      if constexpr (C == Copy::kBF16) store8<DType::kBF16>(a.copy, i, p);
+      if constexpr (C == Copy::kF16) store8<DType::kF16>(a.copy, i, p);
+      _mm256_storeu_ps(scr.m + j, m);
+      _mm256_storeu_ps(scr.v + j, v);
+      acc_m = _mm256_max_epu32(acc_m, _mm256_and_si256(_mm256_castps_si256(m), abs));
+      acc_v = _mm256_max_epu32(acc_v, _mm256_and_si256(_mm256_castps_si256(v), abs));
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(acc.m), acc_m);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(acc.v), acc_v);
+    if (i == hi) return;
+    // The tail accumulates in lane 8 (the scalar kernel's lane 0 of a shifted view).
+    MomentAcc tail{};
+    tail.m[0] = acc.m[8];
+    tail.v[0] = acc.v[8];
+    ScalarQ8<G, C>::span(a, sc, i, hi, c0, am, av, cm, cv, scr, tail);
+    acc.m[8] = tail.m[0];
+    acc.v[8] = tail.v[0];
+  }
+
+  static std::uint32_t reduce_max(const std::uint32_t* lane) {
+    std::uint32_t r = 0;
+    for (int l = 0; l < 9; ++l) r = lane[l] > r ? lane[l] : r;
+    return r;
+  }
+
+  static void finish(const BlockArgs&, std::size_t c0, std::size_t c1, std::uint8_t* rec_m,
+                     std::uint8_t* rec_v, const MomentScratch& scr, const MomentAcc& acc) {
+    const std::uint32_t amax_m = reduce_max(acc.m);
+    const std::uint32_t amax_v = reduce_max(acc.v);
+    store_absmax(rec_m, amax_m);
+    store_absmax(rec_v, amax_v);
+    const BlockNorm nm = block_norm(amax_m), nv = block_norm(amax_v);
+    const __m256 pre_m = _mm256_set1_ps(nm.pre), inv_m = _mm256_set1_ps(nm.inv);
+    const __m256 pre_v = _mm256_set1_ps(nv.pre), inv_v = _mm256_set1_ps(nv.inv);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff);
+    const std::size_t n = c1 - c0;
+    std::size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m256i um = _mm256_castps_si256(
+          _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(scr.m + j), pre_m), inv_m));
+      const __m256i uv = _mm256_castps_si256(
+          _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(scr.v + j), pre_v), inv_v));
+      __m256i qm = magnitude_code8(kMomentCodes.mr, _mm256_castsi256_ps(_mm256_and_si256(um, abs)));
+      qm =
+          _mm256_or_si256(qm, _mm256_and_si256(_mm256_srli_epi32(um, 24), _mm256_set1_epi32(0x80)));
+      const __m256i qv =
+          magnitude_code8(kMomentCodes.vr, _mm256_castsi256_ps(_mm256_and_si256(uv, abs)));
+      store_bytes8(rec_m + 4 + j, qm);
+      store_bytes8(rec_v + 4 + j, qv);
+    }
+    const MomentCodes& k = kMomentCodes;
+    for (; j < n; ++j) {
+      rec_m[4 + j] = m_code(k, normalise(nm, scr.m[j]));
+      rec_v[4 + j] = v_code(k, normalise(nv, scr.v[j]));
+    }
+  }
+};
+
+template <DType G, Copy C>
+struct Avx2Q8Block {
+  static void run(const BlockArgs& a, std::size_t begin, std::size_t end) {
+    q8_blocks<Avx2Q8<G, C>>(a, begin, end);
+  }
+};
+
 // Lanes 0-3, 4-7, 8-11, 12-15 in four accumulators; the tail continues the lane pattern in
 // scalar code (x*x is exact in double, so FMA and mul+add give the same bits).
 template <DType G>
@@ -191,6 +323,10 @@ double sumsq8(const void* g, std::size_t begin, std::size_t end) {
 
 BlockFn select_avx2(Rule r, DType grad, DType state, Copy copy) noexcept {
   return select_block<avx2::Avx2Block>(r, grad, state, copy);
+}
+
+BlockFn select_q8_avx2(DType grad, Copy copy) noexcept {
+  return select_q8<avx2::Avx2Q8Block>(grad, copy);
 }
 
 SumsqFn sumsq_avx2(DType grad) noexcept {

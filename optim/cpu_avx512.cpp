@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "optim/cpu_kernels.hpp"
+#include "optim/moment_lut.hpp"
 #include "zero/detail/bf16_simd.hpp"
 
 namespace zero::detail::optim {
@@ -53,6 +54,11 @@ namespace avx512bf16 {
 BlockFn select_avx512(Rule r, DType grad, DType state, Copy copy, bool native_bf16) noexcept {
   if (native_bf16) return select_block<avx512bf16::Avx512Block>(r, grad, state, copy);
   return select_block<avx512::Avx512Block>(r, grad, state, copy);
+}
+
+BlockFn select_q8_avx512(DType grad, Copy copy, bool native_bf16) noexcept {
+  if (native_bf16) return select_q8<avx512bf16::Avx512Q8Block>(grad, copy);
+  return select_q8<avx512::Avx512Q8Block>(grad, copy);
 }
 
 SumsqFn sumsq_avx512(DType grad) noexcept {

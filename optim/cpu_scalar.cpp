@@ -12,7 +12,18 @@ struct ScalarBlock {
   }
 };
 
+template <DType G, Copy C>
+struct ScalarQ8Block {
+  static void run(const BlockArgs& a, std::size_t begin, std::size_t end) {
+    q8_blocks<ScalarQ8<G, C>>(a, begin, end);
+  }
+};
+
 }  // namespace
+
+BlockFn select_q8_scalar(DType grad, Copy copy) noexcept {
+  return select_q8<ScalarQ8Block>(grad, copy);
+}
 
 BlockFn select_scalar(Rule r, DType grad, DType state, Copy copy) noexcept {
   return select_block<ScalarBlock>(r, grad, state, copy);

@@ -33,6 +33,38 @@ OptimizerType parse_optimizer_type(std::string_view name) {
              "' (expected Adam, AdamW, SGD, Lion or Adagrad)");
 }
 
+std::string_view to_string(MomentDType t) noexcept {
+  switch (t) {
+    case MomentDType::kF32: return "f32";
+    case MomentDType::kBF16: return "bf16";
+    case MomentDType::kInt8: return "int8";
+  }
+  return "unknown";
+}
+
+MomentDType parse_moment_dtype(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "f32" || lower == "fp32" || lower == "float32") return MomentDType::kF32;
+  if (lower == "bf16" || lower == "bfloat16") return MomentDType::kBF16;
+  if (lower == "int8") return MomentDType::kInt8;
+  ZERO_THROW(kInvalidArgument, "unknown moment dtype '", std::string(name),
+             "' (expected f32, bf16 or int8)");
+}
+
+std::size_t state_bytes(MomentDType t, std::size_t n) noexcept {
+  switch (t) {
+    case MomentDType::kF32: return 4 * n;
+    case MomentDType::kBF16: return 2 * n;
+    case MomentDType::kInt8: return detail::optim::moment_bytes(n);
+  }
+  return 0;
+}
+
+std::size_t state_block(MomentDType t) noexcept {
+  return t == MomentDType::kInt8 ? kInt8MomentBlock : 1;
+}
+
 namespace {
 
 bool is_adam(OptimizerType t) { return t == OptimizerType::kAdam || t == OptimizerType::kAdamW; }
@@ -69,11 +101,12 @@ void check_params(const OptimizerParams& p, ErrorCode code, const std::string& p
       fail("nesterov", 1.0, "Nesterov momentum requires momentum > 0 and dampening = 0");
     }
   }
-  if (p.moment_dtype != DType::kF32 && !(p.moment_dtype == DType::kBF16 && is_adam(p.type))) {
+  if (p.moment_dtype != MomentDType::kF32 && !is_adam(p.type)) {
     detail::throw_error(
         code,
         detail::cat(prefix, "moment_dtype = ", to_string(p.moment_dtype), " is invalid for ",
-                    to_string(p.type), ": bf16 moments are for Adam/AdamW only; otherwise f32"),
+                    to_string(p.type),
+                    ": bf16 and int8 moments are for Adam/AdamW only; otherwise f32"),
         __FILE__, __LINE__);
   }
 }
@@ -110,21 +143,25 @@ OptimizerParams ParamGroup::apply(const OptimizerParams& base) const {
   return p;
 }
 
-ShardRef ShardRef::part(std::size_t at, std::size_t n, DType state_dtype) const {
+ShardRef ShardRef::part(std::size_t at, std::size_t n, MomentDType state_dtype) const {
   ZERO_CHECK(at <= count && n <= count - at, kInvalidArgument, "ShardRef::part(", at, ", ", n,
              ") of a shard of ", count, " elements");
-  auto shift = [](auto* p, std::size_t elems, DType t) {
+  const std::size_t block = state_block(state_dtype);
+  ZERO_CHECK(at % block == 0 && ((at + n) % block == 0 || at + n == count), kInvalidArgument,
+             "ShardRef::part(", at, ", ", n, ") of a shard of ", count, " elements with ",
+             to_string(state_dtype), " state: a part starts and ends on a block of ", block,
+             " elements (or at the shard's end)");
+  auto shift = [](auto* p, std::size_t bytes) {
     using Byte =
         std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(p)>>, const char, char>;
-    return p == nullptr ? p
-                        : static_cast<decltype(p)>(static_cast<Byte*>(p) + elems * dtype_size(t));
+    return p == nullptr ? p : static_cast<decltype(p)>(static_cast<Byte*>(p) + bytes);
   };
   ShardRef r = *this;
   r.count = n;
   r.master = master + at;
-  r.grad = shift(grad, at, grad_dtype);
-  for (void*& st : r.state) st = shift(st, at, state_dtype);
-  r.param_copy = shift(param_copy, at, param_copy_dtype);
+  r.grad = shift(grad, at * dtype_size(grad_dtype));
+  for (void*& st : r.state) st = shift(st, state_bytes(state_dtype, at));
+  r.param_copy = shift(param_copy, at * dtype_size(param_copy_dtype));
   return r;
 }
 

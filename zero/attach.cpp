@@ -45,7 +45,7 @@ std::vector<Range> frozen_ranges(std::vector<Range> frozen, std::size_t numel, i
                  "): the buffer is cut into units there and every unit is padded to that grid; "
                  "lay the frozen tensors out on it (nearest boundaries ",
                  b / grid * grid, " and ", (b / grid + 1) * grid,
-                 ") or lower EngineOptions::alignment");
+                 ") or lower EngineOptions::alignment (int8 moments: at least 256, their block)");
     }
   }
   std::sort(frozen.begin(), frozen.end(),
@@ -71,8 +71,11 @@ UnitSpec attach_unit(std::size_t begin, std::size_t end, bool trainable, bool wh
 }  // namespace
 
 void Engine::Impl::attach_units(std::size_t numel) {
+  // int8 moments pad every unit to a multiple of their quantization block per rank (a shard
+  // starts on one): the grid the frozen ranges' boundaries must lie on is that multiple's.
   const std::vector<Range> frozen =
-      frozen_ranges(opts.attach_frozen, numel, input.world_size, input.alignment);
+      frozen_ranges(opts.attach_frozen, numel, input.world_size,
+                    std::max(input.alignment, state_block(input.state_dtype)));
   std::vector<std::pair<Range, bool>> tiles;  // [begin, end), trainable
   std::size_t at = 0;
   for (const Range& r : frozen) {

@@ -30,8 +30,8 @@ float* DeviceOptimizer::master(UnitId u) {
 }
 
 char* DeviceOptimizer::state(UnitId u, int k) {
-  return at(state_[static_cast<std::size_t>(k)].data(), placement_.unit(u).optim_offset,
-            params_.state_dtype());
+  return state_[static_cast<std::size_t>(k)].as<char>() +
+         state_bytes(params_.state_dtype(), placement_.unit(u).optim_offset);
 }
 
 ShardRef DeviceOptimizer::shard_ref(UnitId u) {
@@ -51,6 +51,19 @@ ShardRef DeviceOptimizer::shard_ref(UnitId u) {
 void DeviceOptimizer::step(const std::vector<OptimizerParams>& groups, std::int64_t step,
                            float grad_scale) {
   TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer step");
+  if (state_block(params_.state_dtype()) > 1) {
+    // int8 moments: a quantization block is stepped whole, so each unit in one call with its
+    // runs (a block may span two groups' runs).
+    std::vector<StepRun> runs;
+    for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
+      if (placement_.unit(u).frozen) continue;
+      runs.clear();
+      for (const GroupRun& r : placement_.unit(u).runs) runs.push_back({r.at, r.count, r.group});
+      dev_.optimizer_step_runs(groups.data(), groups.size(), shard_ref(u), runs.data(), runs.size(),
+                               step, grad_scale);
+    }
+    return;
+  }
   // One launch per group over every run of it (one launch in all without groups).
   std::vector<std::vector<ShardRef>> refs(groups.size());
   for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
@@ -72,7 +85,7 @@ void DeviceOptimizer::copy_master(UnitId u, float* out) {
 }
 
 void DeviceOptimizer::copy_state(UnitId u, int k, void* out) {
-  dev_.copy(out, state(u, k), placement_.unit(u).step_count * dtype_size(params_.state_dtype()));
+  dev_.copy(out, state(u, k), state_bytes(params_.state_dtype(), placement_.unit(u).step_count));
   dev_.synchronize();
 }
 
@@ -86,8 +99,8 @@ void DeviceOptimizer::load_unit(UnitId u, const float* master_in, const void* co
   const std::size_t n = placement_.unit(u).step_count;
   // fp32: the working copy the caller wrote is the master.
   if (placement_.separate_master) dev_.copy(master(u), master_in, n * 4);
-  const std::size_t sd = dtype_size(params_.state_dtype());
-  for (int k = 0; k < params_.num_states(); ++k) dev_.copy(state(u, k), states[k], n * sd);
+  const std::size_t sb = state_bytes(params_.state_dtype(), n);
+  for (int k = 0; k < params_.num_states(); ++k) dev_.copy(state(u, k), states[k], sb);
   dev_.synchronize();
 }
 

@@ -194,11 +194,13 @@ struct Engine::Impl final : detail::ShardAccess {
     const detail::Placement& p = *placement;
     if (ownership == detail::Ownership::kAttached) {
       const std::size_t numel = trainer_numel, need = p.layout.total_padded;
+      // int8 moments pad to their quantization block (a shard starts on one).
+      const std::size_t multiple = std::max(opts.alignment, state_block(p.in.state_dtype));
       ZERO_CHECK(trainer_capacity >= need, kInvalidArgument, "attach: the buffers hold ",
                  trainer_capacity, " elements; ", numel, " parameters at ", p.in.world_size,
                  " ranks need ", need, " (padded to a multiple of ", p.in.world_size, " x ",
-                 opts.alignment, "): allocate zero::attach_capacity(", numel, ", ", p.in.world_size,
-                 ") elements");
+                 multiple, "): allocate zero::attach_capacity(", numel, ", ", p.in.world_size,
+                 multiple != 32 ? ", " + std::to_string(multiple) : std::string(), ") elements");
       // The padding must be zero (it is stepped and gathered like the rest).
       dev->fill(trainer_params + numel * dtype_size(w), 0, (need - numel) * dtype_size(w));
     }

@@ -73,7 +73,7 @@ void Engine::copy_state_shard(UnitId u, int k, void* out) {
   }
   // A frozen unit has no state: the fresh state (zeros, as init_state makes it), so that a
   // checkpoint keeps one format and a run that unfreezes the unit starts its state fresh.
-  std::memset(out, 0, up.step_count * dtype_size(m.oparams.state_dtype()));
+  std::memset(out, 0, state_bytes(m.oparams.state_dtype(), up.step_count));
 }
 
 Engine::TrainingState Engine::training_state() const {
@@ -91,6 +91,12 @@ std::size_t Engine::unit_step_numel(UnitId u) const {
   impl_->check_unit(u, "unit_step_numel");
   impl_->lay_out();
   return impl_->unit_place(u).step_count;
+}
+
+std::size_t Engine::unit_step_begin(UnitId u) const {
+  impl_->check_unit(u, "unit_step_begin");
+  impl_->lay_out();
+  return impl_->unit_place(u).step_begin;
 }
 
 void Engine::load_shard(UnitId u, const float* master, const void* const* states) {

@@ -1,5 +1,7 @@
 #include "zero/flat_layout.hpp"
 
+#include <algorithm>
+
 #include "zero/error.hpp"
 
 namespace zero {
@@ -12,9 +14,13 @@ std::size_t ParamSpec::numel() const {
 
 namespace detail {
 
-Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size_t alignment) {
+Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size_t alignment,
+                   std::size_t shard_multiple) {
   ZERO_CHECK(alignment >= 1 && (alignment & (alignment - 1)) == 0, kInvalidArgument,
              "alignment must be a power of two, got ", alignment);
+  ZERO_CHECK(shard_multiple >= 1 && (shard_multiple & (shard_multiple - 1)) == 0, kInternal,
+             "shard multiple must be a power of two, got ", shard_multiple);
+  const std::size_t shard_align = std::max(alignment, shard_multiple);  // powers of two: the lcm
   ZERO_CHECK(world_size >= 1, kInvalidArgument, "world size must be >= 1, got ", world_size);
   const std::size_t n = static_cast<std::size_t>(world_size);
   auto round_up = [](std::size_t x, std::size_t m) { return (x + m - 1) / m * m; };
@@ -35,7 +41,7 @@ Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size
       at += p.numel();
     }
     ul.numel = at;
-    ul.padded = round_up(at, n * alignment);
+    ul.padded = round_up(at, n * shard_align);
     ul.shard = ul.padded / n;
     ul.full_offset = out.total_padded;
     ul.shard_offset = out.total_shard;

@@ -1,9 +1,11 @@
 // zero/flat_layout.hpp — where each unit's parameters sit in the flat buffers, and its shards.
 //
 // A unit is laid out as one flat range: parameter i starts at params[i].offset (a multiple of
-// the alignment), the range is padded to a multiple of N x alignment (padded) and split into N
-// shards of `shard` elements. Units are concatenated in declaration order, both as whole units
-// (full_offset) and as shards (shard_offset).
+// the alignment), the range is padded to a multiple of N x max(alignment, shard_multiple)
+// (padded) and split into N shards of `shard` elements (a shard thus starts on a multiple of
+// shard_multiple: the int8 moments' quantization block, so that blocks never straddle shards).
+// Units are concatenated in declaration order, both as whole units (full_offset) and as shards
+// (shard_offset).
 //
 // Thread safety: a plain value.
 #pragma once
@@ -37,7 +39,8 @@ struct Layout {
 };
 
 // Throws zero::Error(kInvalidArgument) naming the unit / parameter for an empty unit, an empty
-// shape or an extent < 1, and for an alignment that is not a power of two.
-Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size_t alignment);
+// shape or an extent < 1, and for an alignment or shard multiple that is not a power of two.
+Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size_t alignment,
+                   std::size_t shard_multiple = 1);
 
 }  // namespace zero::detail

@@ -66,8 +66,8 @@ char* OffloadedOptimizer::state(UnitId u, int k) {
   ZERO_CHECK(placement_.optim_tier(u) != Tier::kNvme, kInvalidArgument,
              "the optimizer state lives in NVMe files (offload_optimizer.device = nvme); use "
              "copy_state_shard()");
-  return at(state_[static_cast<std::size_t>(k)].data(), placement_.unit(u).optim_offset,
-            params_.state_dtype());
+  return state_[static_cast<std::size_t>(k)].as<char>() +
+         state_bytes(params_.state_dtype(), placement_.unit(u).optim_offset);
 }
 
 // One chunk: gradients in, the fused step on the host, the updated parameters out.
@@ -110,16 +110,17 @@ void OffloadedOptimizer::chunk_step(const std::vector<OptimizerParams>& groups, 
     part.param_copy_dtype = w_;
   }
   {
-    const std::size_t state_bytes =
-        static_cast<std::size_t>(params_.num_states()) * dtype_size(params_.state_dtype());
+    const std::size_t bytes = ch.count * 4 + static_cast<std::size_t>(params_.num_states()) *
+                                                 state_bytes(params_.state_dtype(), ch.count);
     TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer chunk",
-                      static_cast<std::int64_t>(c),
-                      static_cast<std::int64_t>(ch.count * (4 + state_bytes)));
-    // Each parameter group's runs of the chunk with the group's options.
+                      static_cast<std::int64_t>(c), static_cast<std::int64_t>(bytes));
+    // The chunk in one call with each parameter group's runs of it (an int8 quantization block
+    // may span two groups' runs).
+    runs_.clear();
     placement_.for_each_run(ch.unit, ch.at, ch.count, [&](std::size_t at, std::size_t n, int g) {
-      host_.step(groups[static_cast<std::size_t>(g)],
-                 part.part(at - ch.at, n, params_.state_dtype()), step, grad_scale);
+      runs_.push_back({at - ch.at, n, g});
     });
+    host_.step(groups.data(), groups.size(), part, runs_.data(), runs_.size(), step, grad_scale);
   }
   // fp32: the parameters are the master's copy.
   const void* updated = w_ != DType::kF32 ? part.param_copy : part.master;
@@ -236,7 +237,7 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
     const Chunk& ch = placement_.chunks[c];
     char* st[2] = {};
     for (int k = 0; k < params_.num_states(); ++k) {
-      st[k] = state(ch.unit, k) + ch.at * dtype_size(params_.state_dtype());
+      st[k] = state(ch.unit, k) + state_bytes(params_.state_dtype(), ch.at);
     }
     chunk_step(p, c, master(ch.unit) + ch.at, st, step, grad_scale);
   }
@@ -296,13 +297,14 @@ void OffloadedOptimizer::copy_master(UnitId u, float* out) {
 }
 
 void OffloadedOptimizer::copy_state(UnitId u, int k, void* out) {
-  const std::size_t sd = dtype_size(params_.state_dtype());
+  const MomentDType t = params_.state_dtype();
   if (placement_.optim_tier(u) != Tier::kNvme) {
-    std::memcpy(out, state(u, k), placement_.unit(u).step_count * sd);
+    std::memcpy(out, state(u, k), state_bytes(t, placement_.unit(u).step_count));
     return;
   }
   nvme_unit_pass(u, /*write=*/false, [&](const Chunk& ch, const ChunkSwapper::Staged& s) {
-    std::memcpy(static_cast<char*>(out) + ch.at * sd, s.part[1 + k], ch.count * sd);
+    std::memcpy(static_cast<char*>(out) + state_bytes(t, ch.at), s.part[1 + k],
+                state_bytes(t, ch.count));
   });
 }
 
@@ -326,19 +328,20 @@ void OffloadedOptimizer::refresh_master(UnitId u, std::size_t lo, std::size_t hi
 }
 
 void OffloadedOptimizer::load_unit(UnitId u, const float* master, const void* const* states) {
-  const std::size_t sd = dtype_size(params_.state_dtype());
+  const MomentDType t = params_.state_dtype();
   if (placement_.optim_tier(u) != Tier::kNvme) {
     const std::size_t n = placement_.unit(u).step_count;
     std::memcpy(this->master(u), master, n * 4);
     for (int k = 0; k < params_.num_states(); ++k) {
-      std::memcpy(state(u, k), states[k], n * sd);
+      std::memcpy(state(u, k), states[k], state_bytes(t, n));
     }
     return;
   }
   nvme_unit_pass(u, /*write=*/true, [&](const Chunk& ch, const ChunkSwapper::Staged& s) {
     std::memcpy(s.part[0], master + ch.at, ch.count * 4);
     for (int k = 0; k < params_.num_states(); ++k) {
-      std::memcpy(s.part[1 + k], static_cast<const char*>(states[k]) + ch.at * sd, ch.count * sd);
+      std::memcpy(s.part[1 + k], static_cast<const char*>(states[k]) + state_bytes(t, ch.at),
+                  state_bytes(t, ch.count));
     }
   });
 }

@@ -103,6 +103,7 @@ class OffloadedOptimizer final : public ShardOptimizer {
   Buffer master_;
   std::vector<Buffer> state_;
   std::vector<Buffer> staging_grad_, staging_param_;
+  std::vector<StepRun> runs_;               // chunk_step's runs of the chunk (reused)
   std::vector<std::uint64_t> param_fence_;  // per staging buffer: its last copy out (0: none)
   std::vector<std::uint64_t> grad_fence_;   // per staging buffer: its chunk's copy in
   std::size_t grads_issued_ = 0;            // chunks whose gradient copy in has been issued

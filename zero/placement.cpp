@@ -236,14 +236,14 @@ bool frozen_unit(const UnitSpec& spec) {
 
 Placement make_placement(PlacementInput in) {
   Placement p;
-  p.layout = make_layout(in.units, in.world_size, in.alignment);
+  // int8 moments: shards start on a quantization block (blocks never straddle two ranks).
+  p.layout = make_layout(in.units, in.world_size, in.alignment, state_block(in.state_dtype));
   p.in = std::move(in);
   const PlacementInput& i = p.in;
   const StagePolicy& pol = i.policy;
   const Layout& lay = p.layout;
   const std::size_t nu = lay.units.size();
   const std::size_t ws = dtype_size(i.working), rs = dtype_size(i.reduce);
-  const std::size_t sd = dtype_size(i.state_dtype);
   const bool managed = i.ownership == Ownership::kManaged;
 
   p.host_params = i.param_offload == OffloadDevice::kCpu;
@@ -337,11 +337,13 @@ Placement make_placement(PlacementInput in) {
     if (i.host_accessible) p.gather_extra = p.param_file.staging_buffer_bytes;
   }
 
-  // ---- master and optimizer state, each tier's units in its arenas (the swap file: chunks)
+  // ---- master and optimizer state, each tier's units in its arenas (the swap file: chunks).
+  // Every stepped range is a whole number of int8 blocks: an arena is its ranges' sum.
+  const MomentDType sd = i.state_dtype;
   if (p.separate_master) p.master = on(Tier::kDevice, MemCategory::kMasterParams, device_step * 4);
-  p.state = on(Tier::kDevice, MemCategory::kOptimizerState, device_step * sd);
+  p.state = on(Tier::kDevice, MemCategory::kOptimizerState, state_bytes(sd, device_step));
   p.host_master = on(Tier::kPinned, MemCategory::kMasterParams, host_step * 4);
-  p.host_state = on(Tier::kPinned, MemCategory::kOptimizerState, host_step * sd);
+  p.host_state = on(Tier::kPinned, MemCategory::kOptimizerState, state_bytes(sd, host_step));
   if (p.offloaded) {
     // A chunk never needs to be larger than the largest offloaded range (DeepSpeed's
     // buffer_size default of 1e8 elements would otherwise pin gigabytes for a small model).
@@ -352,6 +354,9 @@ Placement make_placement(PlacementInput in) {
       }
     }
     p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
+    // int8 moments: a chunk is a whole number of quantization blocks (each stepped whole).
+    const std::size_t qb = state_block(sd);
+    p.chunk_elems = (p.chunk_elems + qb - 1) / qb * qb;
   }
   // The offloaded units' chunks, in unit order: the pinned tier's, then the swap file's.
   for (std::size_t u = 0; u < nu; ++u) {
@@ -380,7 +385,11 @@ Placement make_placement(PlacementInput in) {
     }
     p.optim_parts = {{MemCategory::kMasterParams, 4}};
     for (int k = 0; k < i.num_states; ++k) {
-      p.optim_parts.push_back({MemCategory::kOptimizerState, sd});
+      // The state's bytes per element and per block, from the optimizer's rule.
+      const std::size_t block = state_block(i.state_dtype);
+      const std::size_t per_block = state_bytes(i.state_dtype, block);
+      p.optim_parts.push_back(
+          {MemCategory::kOptimizerState, per_block / block, block, per_block % block});
     }
     p.optim_file = offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts);
   }

@@ -37,6 +37,7 @@
 #include "zero/dtype.hpp"
 #include "zero/flat_layout.hpp"
 #include "zero/memory.hpp"
+#include "zero/optimizer.hpp"
 #include "zero/unit.hpp"
 
 namespace zero::detail {
@@ -141,7 +142,7 @@ struct PlacementInput {
   bool host_accessible = true;  // the device's memory is host memory (the CPU device)
   DType working = DType::kF32;  // W: parameters and gradients
   DType reduce = DType::kF32;   // R: reduction and accumulation
-  DType state_dtype = DType::kF32;
+  MomentDType state_dtype = MomentDType::kF32;
   int num_states = 2;
   // Parameter groups: how many (group 0 the optimizer's own), and attach mode's element spans
   // (applied over the parameters' own groups, later spans over earlier ones).

@@ -41,6 +41,7 @@
 #include "zero/fit.hpp"
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
+#include "zero/optimizer.hpp"
 #include "zero/plan.hpp"
 #include "zero/quantized_comm.hpp"
 
@@ -171,10 +172,15 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
     c.predicted_other = m.workspace_bytes(o.batch, g.seq);
   }
   const DType w = parse_dtype(o.dtype), r = parse_dtype(o.reduce_dtype);
+  // K: the fp32 master and the moments at their bytes per element (DESIGN.md's 12 for f32
+  // Adam; 8 with bf16 moments; 4 + 2 (1 + 4 / 256) with int8's codes and block scales).
+  const OptimizerParams op = OptimizerParams::from_config(cfg.optimizer);
+  const double moment = static_cast<double>(state_bytes(op.state_dtype(), kInt8MomentBlock)) /
+                        static_cast<double>(kInt8MomentBlock);
   c.formula = zero_formula(static_cast<double>(c.params), sharded, stage,
                            static_cast<double>(dtype_size(w)), static_cast<double>(dtype_size(r)),
-                           12, offload != "none", false, static_cast<double>(c.trainable_params),
-                           device_offload_fraction(cfg));
+                           4 + op.num_states() * moment, offload != "none", false,
+                           static_cast<double>(c.trainable_params), device_offload_fraction(cfg));
   c.per_rank.resize(static_cast<std::size_t>(n));
   std::mutex mu;
 

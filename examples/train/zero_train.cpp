@@ -204,6 +204,10 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
                          : (z.zero_quantized_weights ? "qwZ" : "qgZ")) +
                     " (int8, block " + std::to_string(z.quantization_block_size) + ")";
     }
+    if (e.optimizer_params().state_dtype() != MomentDType::kF32) {
+      plot.title +=
+          ", " + std::string(to_string(e.optimizer_params().state_dtype())) + " optimizer moments";
+    }
     if (!o.plot_against.empty()) {
       plot.against = train::read_loss_curve(o.plot_against);
       plot.against_name = o.plot_against;

@@ -140,7 +140,7 @@ struct OptimizerConfig {
   double momentum = 0.0;             // SGD
   double dampening = 0.0;            // SGD
   bool nesterov = false;             // SGD
-  std::string moment_dtype = "f32";  // zero extension: f32 | bf16 moments
+  std::string moment_dtype = "f32";  // zero extension: f32 | bf16 | int8 moments
   // The keys the config set ("type", "lr", "betas", "eps", "weight_decay", "adam_w_mode",
   // "momentum", ...; params' keys by their own name): an adapter that takes the trainer's own
   // optimizer options (zero::torch) refuses a value given both ways differently.

@@ -57,6 +57,11 @@ class DeviceOps {
   virtual void init_state(const OptimizerParams& params, const ShardRef& shard) = 0;
   virtual void optimizer_step(const OptimizerParams& params, const ShardRef* shards,
                               std::size_t count, std::int64_t step, float grad_scale) = 0;
+  // One shard whose runs belong to several parameter groups (CpuOptimizer::step over runs: an
+  // int8 quantization block that spans runs is stepped once).
+  virtual void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                                   const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                                   std::int64_t step, float grad_scale) = 0;
   // Sum of squares and non-finite check of `count` gradients in device memory. Deterministic
   // for a given device. Waits for the compute stream.
   virtual GradStats grad_stats(const void* grad, DType dtype, std::size_t count) = 0;
@@ -108,6 +113,9 @@ class CpuDeviceOps : public DeviceOps {
   void init_state(const OptimizerParams& params, const ShardRef& shard) override;
   void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
                       std::int64_t step, float grad_scale) override;
+  void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                           const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                           std::int64_t step, float grad_scale) override;
   GradStats grad_stats(const void* grad, DType dtype, std::size_t count) override;
   void quantize_int8(const void* src, DType dtype, std::size_t count, std::size_t block,
                      std::int8_t* q, float* scales) override;

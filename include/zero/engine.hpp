@@ -189,10 +189,11 @@ struct ParamShard {
 class Engine;
 
 // Elements a trainer's flat buffers need for attach mode: numel padded to a multiple of
-// world_size x alignment.
+// world_size x alignment (with int8 moments pass kInt8MomentBlock, 256: shards start on a
+// quantization block).
 std::size_t attach_capacity(std::size_t numel, int world_size, std::size_t alignment = 32);
 // The grid of attach mode's unit boundaries (EngineOptions::attach_frozen): world_size x
-// alignment elements, the multiple every unit is padded to.
+// alignment elements, the multiple every unit is padded to (int8 moments: pass kInt8MomentBlock).
 std::size_t attach_granularity(int world_size, std::size_t alignment = 32);
 
 // A gathered unit: its parameters are whole and valid while the guard lives (stage 3 releases
@@ -237,13 +238,14 @@ class Engine {
   // optimizer (with gradient_accumulation_steps A > 1: after every micro-step, as in managed
   // mode; StepResult::boundary says when the update ran). The buffers hold `numel` parameters of
   // `dtype` (the config's working dtype) and have room for `capacity` >= attach_capacity(numel,
-  // N) elements (the padding is zeroed and stepped). Rank 0's parameters are broadcast at attach.
-  // After each step() the gradient buffer's content is unspecified (reduced in place when it
-  // can be: W == R, A == 1 and nothing frozen; otherwise the engine keeps its own R-typed
-  // accumulation of the trainable elements); the trainer zeroes it before the next backward, as
-  // before. Stage 2 keeps whole gradients here (the trainer owns them): its gradient savings need
-  // the managed engine. Frozen ranges: EngineOptions::attach_frozen (the trainer's gradient
-  // buffer there is never read; the units are named "attached[begin:end]", else one "attached").
+  // N) elements (int8 moments: attach_capacity(numel, N, 256)); the padding is zeroed and stepped.
+  // Rank 0's parameters are broadcast at attach. After each step() the gradient buffer's content
+  // is unspecified (reduced in place when it can be: W == R, A == 1 and nothing frozen; otherwise
+  // the engine keeps its own R-typed accumulation of the trainable elements); the trainer zeroes
+  // it before the next backward, as before. Stage 2 keeps whole gradients here (the trainer owns
+  // them): its gradient savings need the managed engine. Frozen ranges:
+  // EngineOptions::attach_frozen (the trainer's gradient buffer there is never read; the units are
+  // named "attached[begin:end]", else one "attached").
   static std::unique_ptr<Engine> attach(Communicator& comm, const Config& config, void* params,
                                         void* grads, std::size_t numel, std::size_t capacity,
                                         DType dtype, EngineOptions options = {});
@@ -357,6 +359,8 @@ class Engine {
   // Elements of unit u this rank steps: the whole padded unit in stage 0, its shard otherwise
   // (the length of copy_master_shard's output).
   std::size_t unit_step_numel(UnitId u) const;
+  // Where that range starts in unit u's padded range (0 in stage 0).
+  std::size_t unit_step_begin(UnitId u) const;
   // Loads unit u's stepped range: `master` (unit_step_numel(u) f32) and `states` (one array per
   // optimizer state, state dtype), host memory, into whichever tier holds them; the working copy
   // over the range becomes the master rounded to the working dtype (what every step and

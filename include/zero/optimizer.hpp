@@ -14,6 +14,14 @@
 // same bits: they perform the same IEEE operations in the same order as the shared per-element
 // functions in zero/detail/optim_math.hpp (the CUDA kernels use those functions too).
 //
+// Adam's moments are stored as f32, bf16 or int8 (MomentDType). int8 is bitsandbytes' block-wise
+// 8-bit Adam (zero/detail/moment_quant.hpp): each moment array is a sequence of blocks of
+// kInt8MomentBlock elements, each an f32 absmax and one code per element; the step dequantizes,
+// applies the same update as f32 moments and re-quantizes in the same pass. A block's new absmax
+// depends on all its elements, so a block is stepped whole, in one call: a sub-range of a shard
+// (ShardRef::part) starts on a block boundary, and a shard whose parameter groups change inside
+// a block is stepped with the groups' runs in one call (the step overload taking runs).
+//
 // Thread safety: CpuOptimizer is immutable after construction; step(), init_state() and
 // grad_stats() may be called concurrently from several threads on disjoint shards.
 #pragma once
@@ -26,6 +34,7 @@
 #include <string_view>
 
 #include "zero/cpu_features.hpp"
+#include "zero/detail/moment_quant.hpp"
 #include "zero/detail/optim_math.hpp"
 #include "zero/dtype.hpp"
 
@@ -35,6 +44,25 @@ struct OptimizerConfig;
 
 enum class OptimizerType : std::uint8_t { kAdam, kAdamW, kSgd, kLion, kAdagrad };
 
+// How the optimizer-state arrays store their elements: f32, bf16 (round to nearest even), or
+// int8 codes in blocks of kInt8MomentBlock with one f32 absmax each (Adam / AdamW moments).
+enum class MomentDType : std::uint8_t { kF32, kBF16, kInt8 };
+
+// Elements per int8 quantization block (zero/detail/moment_quant.hpp argues the size).
+inline constexpr std::size_t kInt8MomentBlock = detail::optim::kMomentBlock;
+
+// "f32", "bf16", "int8".
+std::string_view to_string(MomentDType t) noexcept;
+// Accepts "f32"/"fp32"/"float32", "bf16"/"bfloat16", "int8"; throws zero::Error
+// (kInvalidArgument) naming the string otherwise.
+MomentDType parse_moment_dtype(std::string_view name);
+// Bytes of n elements of one state array of type t (int8: the codes and the absmax of each
+// block, the last block possibly short; n counted from a block boundary).
+std::size_t state_bytes(MomentDType t, std::size_t n) noexcept;
+// What a sub-range of a state array must start at a multiple of: kInt8MomentBlock for int8,
+// else 1.
+std::size_t state_block(MomentDType t) noexcept;
+
 // "Adam", "AdamW", "SGD", "Lion", "Adagrad".
 std::string_view to_string(OptimizerType t) noexcept;
 // Accepts the names above in any letter case; throws zero::Error(kInvalidArgument) otherwise.
@@ -43,17 +71,17 @@ OptimizerType parse_optimizer_type(std::string_view name);
 // The hyper-parameters of one parameter group. Defaults are DeepSpeed's / PyTorch's.
 struct OptimizerParams {
   OptimizerType type = OptimizerType::kAdamW;
-  double lr = 1e-3;                  // all; >= 0
-  double beta1 = 0.9;                // Adam/AdamW: first moment; Lion: interpolation; in [0, 1)
-  double beta2 = 0.999;              // Adam/AdamW: second moment; Lion: moment decay; in [0, 1)
-  double eps = 1e-8;                 // Adam/AdamW, Adagrad; >= 0 (> 0 advised)
-  double weight_decay = 0.0;         // all; >= 0. AdamW, Lion: decoupled; SGD, Adagrad: L2
-  bool bias_correction = true;       // Adam/AdamW
-  bool adam_w_mode = true;           // Adam only: true = decoupled decay (DeepSpeed), false = L2
-  double momentum = 0.0;             // SGD; >= 0 (0: plain SGD, no state)
-  double dampening = 0.0;            // SGD with momentum
-  bool nesterov = false;             // SGD: requires momentum > 0 and dampening == 0 (PyTorch)
-  DType moment_dtype = DType::kF32;  // Adam/AdamW only: f32 or bf16 moments
+  double lr = 1e-3;             // all; >= 0
+  double beta1 = 0.9;           // Adam/AdamW: first moment; Lion: interpolation; in [0, 1)
+  double beta2 = 0.999;         // Adam/AdamW: second moment; Lion: moment decay; in [0, 1)
+  double eps = 1e-8;            // Adam/AdamW, Adagrad; >= 0 (> 0 advised)
+  double weight_decay = 0.0;    // all; >= 0. AdamW, Lion: decoupled; SGD, Adagrad: L2
+  bool bias_correction = true;  // Adam/AdamW
+  bool adam_w_mode = true;      // Adam only: true = decoupled decay (DeepSpeed), false = L2
+  double momentum = 0.0;        // SGD; >= 0 (0: plain SGD, no state)
+  double dampening = 0.0;       // SGD with momentum
+  bool nesterov = false;        // SGD: requires momentum > 0 and dampening == 0 (PyTorch)
+  MomentDType moment_dtype = MomentDType::kF32;  // Adam/AdamW only: f32, bf16 or int8 moments
 
   // From the config's optimizer block (type, lr, betas, eps, weight_decay, bias_correction,
   // adam_w_mode, momentum, dampening, nesterov, moment_dtype); validated.
@@ -66,10 +94,10 @@ struct OptimizerParams {
   // Number of state arrays the rule keeps per element: Adam 2 (m, v), SGD with momentum 1,
   // SGD 0, Lion 1 (m), Adagrad 1 (sum of squares).
   int num_states() const noexcept;
-  // Element type of the state arrays (moment_dtype for Adam/AdamW, f32 otherwise).
-  DType state_dtype() const noexcept {
+  // Storage of the state arrays (moment_dtype for Adam/AdamW, f32 otherwise).
+  MomentDType state_dtype() const noexcept {
     return (type == OptimizerType::kAdam || type == OptimizerType::kAdamW) ? moment_dtype
-                                                                           : DType::kF32;
+                                                                           : MomentDType::kF32;
   }
 };
 
@@ -90,7 +118,8 @@ struct ParamGroup {
 
 // One shard to step. Non-owning; every array holds `count` elements and must not overlap
 // another (in-place is not supported: grad, master, state and copy are distinct memory).
-// Each pointer must be aligned to its element size.
+// Each pointer must be aligned to its element size (int8 state arrays: to 4 bytes, the absmax;
+// they hold state_bytes(kInt8, count) bytes and element 0 starts a block).
 struct ShardRef {
   std::size_t count = 0;
   float* master = nullptr;                // fp32 master parameters; read and written
@@ -102,8 +131,16 @@ struct ShardRef {
   DType param_copy_dtype = DType::kBF16;  // bf16 or f16 (ignored when param_copy is null)
 
   // Elements [at, at + n) of this shard (state arrays of `state_dtype`); kInvalidArgument when
-  // the range is not inside it.
-  ShardRef part(std::size_t at, std::size_t n, DType state_dtype) const;
+  // the range is not inside it, or (int8) does not start on a block boundary or ends inside a
+  // block short of the shard's end.
+  ShardRef part(std::size_t at, std::size_t n, MomentDType state_dtype) const;
+};
+
+// Elements [at, at + count) of a shard stepped with parameter group `group`'s options.
+struct StepRun {
+  std::size_t at = 0;
+  std::size_t count = 0;
+  int group = 0;
 };
 
 // What one read of the gradients tells: the sum of squares (of grad values as stored, before
@@ -157,6 +194,17 @@ class CpuOptimizer {
   // finite and > 0; state zeroed (init_state) before step 1. Throws zero::Error
   // (kInvalidArgument) naming the problem; then nothing has been written.
   void step(const OptimizerParams& params, const ShardRef& shard, std::int64_t step,
+            float grad_scale = 1.0f) const;
+
+  // One update of a shard whose elements belong to several parameter groups: runs[0, num_runs)
+  // tile [0, shard.count) in order, run r stepped with groups[r.group] (groups[0, num_groups),
+  // which share type and state layout: ParamGroup::apply). The same bits as step(groups[r.group],
+  // shard.part(r)) per run; with int8 moments a block that spans runs is updated element by element
+  // with each run's options and quantized once, which per-run calls cannot do. Same requirements
+  // and errors as step(); kInvalidArgument also for runs that do not tile the shard or name no
+  // group.
+  void step(const OptimizerParams* groups, std::size_t num_groups, const ShardRef& shard,
+            const StepRun* runs, std::size_t num_runs, std::int64_t step,
             float grad_scale = 1.0f) const;
 
   // Zeroes the num_states() state arrays of `shard` in parallel, block by block as step() splits

@@ -98,15 +98,43 @@ struct MlpEngine : Engine {
 };
 
 // The whole training state, per parameter (unpadded): the master and each optimizer state
-// (f32 moments), assembled from every rank's shards. Collective; every rank returns it.
+// (f32 moments; with int8 moments the master alone: see global_moments), assembled from every
+// rank's shards. Collective; every rank returns it.
 struct FullState {
   Tensors master;
   std::vector<Tensors> states;
   std::int64_t steps = 0;
 };
 
-inline FullState full_state(Engine& e) {
+// int8 moments as the engine holds them, per unit and state: the records (each block's absmax
+// and codes) of the whole padded unit, every rank's stepped range in rank order. Collective.
+using GlobalMoments = std::vector<std::vector<std::vector<std::uint8_t>>>;  // [unit][k]
+inline GlobalMoments global_moments(Engine& e) {
   const int ns = e.optimizer_params().num_states();
+  const MomentDType t = e.optimizer_params().state_dtype();
+  GlobalMoments out(static_cast<std::size_t>(e.num_units()));
+  for (UnitId u = 0; u < e.num_units(); ++u) {
+    const std::size_t bytes = state_bytes(t, e.unit_step_numel(u));
+    for (int k = 0; k < ns; ++k) {
+      std::vector<std::uint8_t> mine(bytes);
+      e.copy_state_shard(u, k, mine.data());
+      if (e.stage() == 0) {
+        out[static_cast<std::size_t>(u)].push_back(std::move(mine));
+        continue;
+      }
+      // Whole blocks of 260 bytes: the records gather as f32 words.
+      std::vector<std::uint8_t> all(bytes * static_cast<std::size_t>(e.comm().size()));
+      e.comm().all_gather(mine.data(), all.data(), bytes / 4, DType::kF32);
+      out[static_cast<std::size_t>(u)].push_back(std::move(all));
+    }
+  }
+  return out;
+}
+
+inline FullState full_state(Engine& e) {
+  const int ns = e.optimizer_params().state_dtype() == MomentDType::kInt8
+                     ? 0
+                     : e.optimizer_params().num_states();
   const std::vector<ParamShard> shards = e.param_shards();
   // Flat offsets of each (unit, param) in one array of all parameters.
   std::vector<std::vector<std::size_t>> at(static_cast<std::size_t>(e.num_units()));

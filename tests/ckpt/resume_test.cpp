@@ -38,12 +38,13 @@ struct Case {
   std::string param;    // none | cpu | nvme (stage 3)
   bool async;
   int accumulation = 1;
+  std::string moments = "f32";
 };
 
 std::string name_of(const Case& c) {
   return "stage" + std::to_string(c.stage) + "_" + std::string(to_string(c.dtype)) + "_opt_" +
          c.offload + "_param_" + c.param + (c.async ? "_async" : "_sync") + "_ga" +
-         std::to_string(c.accumulation);
+         std::to_string(c.accumulation) + (c.moments != "f32" ? "_" + c.moments + "moments" : "");
 }
 
 class SameWorldSize : public ::testing::TestWithParam<Case> {};
@@ -61,6 +62,7 @@ TEST_P(SameWorldSize, ResumedRunIsBitwiseTheUninterruptedOne) {
     s.nvme_path = swap.str();
   }
   s.offload_param = c.param;
+  s.moment_dtype = c.moments;
   if (c.param == "nvme") s.nvme_path = swap.str();
   const RankRun straight = on_ranks<RankRun>(
       3, [&](Communicator& comm) { return testing::run_straight(comm, s, 2 * kHalf); });
@@ -103,6 +105,14 @@ std::vector<Case> same_size_cases() {
   out.push_back({3, DType::kF16, "cpu", "none", true});
   out.push_back({1, DType::kBF16, "none", "none", false, 2});
   out.push_back({3, DType::kF32, "nvme", "none", false, 3});
+  // int8 moments: the state is saved as is (by unit range); the resumed run is bitwise the
+  // uninterrupted one, so every code and absmax came back.
+  for (int stage : {0, 1, 2, 3}) {
+    out.push_back({stage, DType::kBF16, "none", "none", false, 1, "int8"});
+    if (stage > 0) out.push_back({stage, DType::kF32, "nvme", "none", stage == 2, 1, "int8"});
+  }
+  out.push_back({3, DType::kBF16, "cpu", "cpu", true, 2, "int8"});
+  out.push_back({2, DType::kBF16, "none", "none", false, 1, "bf16"});
   return out;
 }
 
@@ -220,6 +230,66 @@ TEST_P(OtherWorldSize, LoadsTheSavedStateAndContinuesTheRun) {
         "%s: max |master diff| after %d more steps %.3g (uninterrupted at %d vs %d: %.3g)\n",
         what.c_str(), kHalf, d, r.to, r.from, d_ref);
     EXPECT_LE(d, dt == DType::kF32 ? 2e-5 : kHalf * 0.01 * std::ldexp(1.0, -7)) << what;
+  }
+}
+
+// int8 moments at another world size: the blocks are the same at every N (each unit is padded to
+// N x 256, so a shard starts on a block), so every block's absmax and codes load exactly where
+// they were: the loaded moments are the saved ones, byte for byte, over the unit's elements
+// (blocks past them are padding, zero in both), and the master too.
+TEST_P(OtherWorldSize, Int8MomentsLoadByteForByte) {
+  const Reshape& r = GetParam();
+  TempDir dir("reshape8-" + std::to_string(r.from) + "-" + std::to_string(r.to));
+  RunSpec a{.stage = r.stage_from, .ranks = r.from, .dtype = DType::kBF16, .clip = true};
+  a.moment_dtype = "int8";
+  RunSpec b = a;
+  b.stage = r.stage_to;
+  b.ranks = r.to;
+  using testing::GlobalMoments;
+  struct Saved {
+    FullState state;
+    GlobalMoments moments;
+  };
+  const Saved saved = on_ranks<Saved>(r.from, [&](Communicator& comm) {
+    Engine e(comm, make_config(a));
+    const testing::Mlp mlp(testing::kDims);
+    mlp.declare(e);
+    mlp.init(e, 42);
+    testing::train_steps(e, mlp, 0, kHalf, 1);
+    ckpt::Saver saver(e, {.dir = dir.str()});
+    saver.save("x");
+    return Saved{testing::full_state(e), testing::global_moments(e)};
+  });
+  const Saved loaded = on_ranks<Saved>(r.to, [&](Communicator& comm) {
+    Engine e(comm, make_config(b));
+    const testing::Mlp mlp(testing::kDims);
+    mlp.declare(e);
+    mlp.init(e, 7);
+    ckpt::load(e, dir.str());
+    Saved s{testing::full_state(e), testing::global_moments(e)};
+    testing::train_steps(e, mlp, kHalf, kHalf + 2, 1);  // and it trains on
+    return s;
+  });
+  const std::string what = std::to_string(r.from) + " -> " + std::to_string(r.to) + " ranks";
+  EXPECT_TRUE(testing::bitwise_equal(loaded.state, saved.state)) << what << ": master";
+  ASSERT_EQ(loaded.moments.size(), saved.moments.size());
+  const testing::Mlp mlp(testing::kDims);
+  const std::vector<UnitSpec> specs = mlp.unit_specs();
+  for (std::size_t u = 0; u < saved.moments.size(); ++u) {
+    std::size_t numel = 0;  // the unit's elements up to its last parameter's end (32-aligned)
+    for (const ParamSpec& p : specs[u].params) numel = (numel + 31) / 32 * 32 + p.numel();
+    const std::size_t used = state_bytes(MomentDType::kInt8, numel);
+    for (std::size_t k = 0; k < 2; ++k) {
+      const auto& want = saved.moments[u][k];
+      const auto& got = loaded.moments[u][k];
+      ASSERT_GE(want.size(), used);
+      ASSERT_GE(got.size(), used);
+      EXPECT_TRUE(std::equal(want.begin(), want.begin() + static_cast<long>(used), got.begin()))
+          << what << ": unit " << u << " state " << k;
+      EXPECT_TRUE(std::all_of(got.begin() + static_cast<long>(used), got.end(),
+                              [](std::uint8_t x) { return x == 0; }))
+          << what << ": padding blocks of unit " << u;
+    }
   }
 }
 

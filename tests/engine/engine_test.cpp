@@ -194,6 +194,57 @@ TEST(EngineFp16, OverflowOnOneRankSkipsTheStepOnEveryRankAndHalvesTheScale) {
   }
 }
 
+// bf16 and int8 (block-wise 8-bit) moments: the same parity. int8 blocks (256 elements) never
+// straddle two ranks' shards (each unit is padded to N x 256), so sharding changes no block:
+// every stage steps the same blocks with the same bits. The moments took effect: the masters
+// differ from f32 moments' and the loss still falls.
+TEST(EngineParity, Bf16AndInt8MomentsMatchStageZeroBitwiseWithAccumulationAndClipping) {
+  int runs = 0;
+  for (const std::string moments : {"bf16", "int8"}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (int n : {1, 2, 3, 4}) {
+        for (bool clip : {false, true}) {
+          for (int acc : {1, 3}) {
+            RunSpec s0{.stage = 0, .ranks = n, .dtype = dt, .accumulation = acc, .clip = clip};
+            s0.moment_dtype = moments;
+            const RunResult r0 = train(s0);
+            RunSpec f32 = s0;
+            f32.moment_dtype = "f32";
+            EXPECT_GT(max_abs_diff(r0.masters, train(f32).masters), 0.0)
+                << describe(s0) << ": the moment dtype changed nothing";
+            EXPECT_LT(r0.losses.back(), r0.losses.front()) << describe(s0);
+            std::vector<RunResult> by_stage = {r0};
+            for (int stage : {1, 2, 3}) {
+              RunSpec s = s0;
+              s.stage = stage;
+              s.overlap = stage == 3;
+              by_stage.push_back(train(s));
+              ++runs;
+            }
+            // Without accumulation every stage is stage 0's bits; with it, 1 is 0's and 3 is 2's
+            // (stages 2-3 reduce every micro-step: the sums associate differently).
+            for (int stage : {1, 2, 3}) {
+              const int ref = acc == 1 || stage == 1 ? 0 : 2;
+              RunSpec s = s0;
+              s.stage = stage;
+              const RunResult& got = by_stage[static_cast<std::size_t>(stage)];
+              const RunResult& want = by_stage[static_cast<std::size_t>(ref)];
+              EXPECT_TRUE(bitwise_equal(got.params, want.params))
+                  << describe(s) << " vs stage " << ref << ": max |diff| "
+                  << max_abs_diff(got.params, want.params);
+              EXPECT_TRUE(bitwise_equal(got.masters, want.masters)) << describe(s) << " (masters)";
+              for (std::size_t i = 0; i < want.steps.size(); ++i) {
+                EXPECT_EQ(got.steps[i].grad_norm, want.steps[i].grad_norm) << describe(s);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2 * 2 * 4 * 2 * 2 * 3);
+}
+
 // ---- memory: what the tracker holds is what the layout implies
 
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
@@ -250,6 +301,46 @@ TEST(EngineMemory, TrackedBytesByCategoryEqualTheLayoutExactly) {
           EXPECT_EQ(t.current(MemCategory::kCommBuffers, MemTier::kHost), comm_buffers) << what;
           EXPECT_EQ(t.current(MemTier::kDevice) + t.current(MemTier::kPinned), 0u) << what;
         });
+      }
+    }
+  }
+}
+
+// The optimizer state of each moment dtype, from the tracker, against the formula written here
+// from the layout rule (units padded to N x 32, or N x 256 with int8 moments, whose 256-element
+// blocks each carry a 4-byte absmax): master 4 B per stepped element (16-bit training), moments
+// 2 x 4 (f32), 2 x 2 (bf16) or 2 x (1 + 4 / 256) (int8). The planner predicts the same.
+TEST(EngineMemory, OptimizerStateOfEveryMomentDtypeEqualsTheFormula) {
+  for (const std::string moments : {"f32", "bf16", "int8"}) {
+    const std::size_t multiple = moments == "int8" ? 256 : 32;
+    for (int n : {1, 2, 3}) {
+      for (int stage : {0, 1, 2, 3}) {
+        std::size_t opt = 0;
+        for (std::size_t l = 0; l + 1 < kDims.size(); ++l) {
+          const std::size_t w = static_cast<std::size_t>(kDims[l + 1] * kDims[l]);
+          const std::size_t numel = round_up(w, 32) + static_cast<std::size_t>(kDims[l + 1]);
+          const std::size_t p = round_up(numel, multiple * static_cast<std::size_t>(n));
+          opt += stage == 0 ? p : p / static_cast<std::size_t>(n);
+        }
+        const std::size_t per_moment =
+            moments == "f32" ? 4 * opt : (moments == "bf16" ? 2 * opt : opt + 4 * (opt / 256));
+        RunSpec spec{.stage = stage, .ranks = n, .dtype = DType::kBF16};
+        spec.moment_dtype = moments;
+        Config cfg = make_config(spec);
+        const std::string what =
+            moments + " moments, stage " + std::to_string(stage) + ", N=" + std::to_string(n);
+        const Mlp mlp(kDims);
+        ThreadGroup::run(n, [&](Communicator& comm) {
+          Engine e(comm, cfg);
+          mlp.declare(e);
+          mlp.init(e, 1);
+          mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, 0, 0, comm.rank()));
+          e.step();
+          const MemoryTracker& t = e.tracker();
+          EXPECT_EQ(t.current(MemCategory::kMasterParams), 4 * opt) << what;
+          EXPECT_EQ(t.current(MemCategory::kOptimizerState), 2 * per_moment) << what;
+        });
+        testing::expect_plan_equals_tracker(cfg, n, what);
       }
     }
   }

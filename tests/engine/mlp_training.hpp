@@ -61,6 +61,8 @@ struct RunSpec {
   long quant_block = 256;
   // zero_optimization.reduce_scatter (false: stages 1-2 reduce by all-reduce).
   bool reduce_scatter = true;
+  // optimizer.params.moment_dtype: f32, bf16 or int8.
+  std::string moment_dtype = "f32";
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -89,7 +91,8 @@ inline Config make_config(const RunSpec& s) {
       s.nvme_path + R"("})" + R"(}, "aio": {"engine": ")" + s.aio_engine +
       R"("}, "gradient_accumulation_steps": )" + std::to_string(s.accumulation) +
       R"(, "gradient_clipping": )" + (s.clip ? "0.05" : "0") +
-      R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+      R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01, )" +
+      R"("moment_dtype": ")" + s.moment_dtype + R"("}},
         "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0.001,
           "warmup_max_lr": 0.01, "warmup_num_steps": 5, "total_num_steps": 40}})";
   if (s.dtype == DType::kBF16) j += R"(, "bf16": {"enabled": true})";
@@ -213,6 +216,7 @@ inline std::vector<RunResult> train_all(const RunSpec& s) {
 inline std::string describe(const RunSpec& s) {
   return "stage " + std::to_string(s.stage) + ", N=" + std::to_string(s.ranks) + ", " +
          std::string(to_string(s.dtype)) + ", accumulation " + std::to_string(s.accumulation) +
+         (s.moment_dtype != "f32" ? ", " + s.moment_dtype + " moments" : std::string()) +
          (s.clip ? ", clipping" : "") + (s.overlap ? ", overlap" : "") +
          (s.reduce_bucket > 0 || s.allgather_bucket > 0
               ? ", buckets " + std::to_string(s.reduce_bucket) + "/" +

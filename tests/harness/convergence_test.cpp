@@ -1,4 +1,5 @@
-// Convergence with ZeRO++'s quantized collectives: the GPT example (zero-train, its default model
+// Convergence with 8-bit optimizer moments (below), and with ZeRO++'s quantized collectives:
+// the GPT example (zero-train, its default model
 // and 2 in-process ranks, stage 3) for 200 steps with qwZ + qgZ against the same run without:
 // the final training loss (the mean of the last 10 steps, as zero-train's --plot-against reports
 // it) and the final validation loss within 2%; the quantized run sends fewer bytes (the int8
@@ -92,6 +93,39 @@ TEST(Convergence, QuantizedCollectivesTrainTheGptWithin2PercentOf200Steps) {
   EXPECT_NE(doc.find("qwZ + qgZ (int8, block 256)"), std::string::npos);
   EXPECT_NE(doc.find("data-series=\"training loss of " + base + "\""), std::string::npos) << doc;
   EXPECT_NE(doc.find("data-series=\"training loss (every step)\""), std::string::npos);
+}
+
+// 8-bit optimizer moments (bitsandbytes' block-wise scheme, moment_dtype int8) against f32
+// moments: the GPT example for 300 steps, same seed and data, 2 ranks, stage 2: final training
+// (mean of the last 10 steps) and validation loss within 1%; both curves in one SVG.
+TEST(Convergence, Int8MomentsTrainTheGptWithin1PercentOf300Steps) {
+  const std::string base = tmp_path("f32moments.jsonl"), q8 = tmp_path("int8moments.jsonl"),
+                    svg = tmp_path("moments.svg");
+  const std::string cmd = std::string(ZERO_TRAIN_BIN) +
+                          " --zero-stage 2 --steps 300 --eval-every 100 --seed 1 --no-progress";
+  const CmdResult a = run_command(cmd + " --metrics " + base);
+  ASSERT_EQ(a.status, 0) << a.out;
+  const CmdResult b = run_command(cmd + " --set optimizer.params.moment_dtype=int8 --metrics " +
+                                  q8 + " --plot " + svg + " --plot-against " + base);
+  ASSERT_EQ(b.status, 0) << b.out;
+  const TrainRun pa = read_run(base, a.out), pb = read_run(q8, b.out);
+  ASSERT_EQ(pa.loss.size(), 300u);
+  ASSERT_EQ(pb.loss.size(), 300u);
+  const double la = final_loss(pa), lb = final_loss(pb);
+  std::printf(
+      "final training loss (mean of the last 10 steps): int8 moments %.4f, f32 moments %.4f "
+      "(%+.2f%%); validation %.4f vs %.4f (%+.2f%%)\n",
+      lb, la, 100 * (lb - la) / la, pb.validation, pa.validation,
+      100 * (pb.validation - pa.validation) / pa.validation);
+  EXPECT_LE(std::fabs(lb - la), 0.01 * la);
+  ASSERT_GT(pa.validation, 0);
+  EXPECT_LE(std::fabs(pb.validation - pa.validation), 0.01 * pa.validation);
+  EXPECT_LT(la, 3.0);  // both learned
+  EXPECT_NE(la, lb) << "the moment dtype changed nothing";
+  std::ifstream in(svg);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("int8 optimizer moments"), std::string::npos);
 }
 
 TEST(Convergence, PlotAgainstRefusesWhatItCannotDraw) {

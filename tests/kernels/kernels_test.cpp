@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,7 +61,7 @@ std::vector<OptimizerParams> variants() {
   OptimizerParams p;
   p.weight_decay = 0.01;
   v.push_back(p);  // AdamW
-  p.moment_dtype = DType::kBF16;
+  p.moment_dtype = MomentDType::kBF16;
   v.push_back(p);
   p = {};
   p.type = OptimizerType::kAdam;
@@ -109,7 +110,7 @@ HostShard make_shard(std::size_t n, DType gdt, const OptimizerParams& hp, std::m
     h.s1[i] = pos(rng) * 0.01f;
     h.s0h[i] = f32_to_bf16(h.s0[i]);
     h.s1h[i] = f32_to_bf16(h.s1[i]);
-    if (hp.state_dtype() == DType::kBF16) {
+    if (hp.state_dtype() == MomentDType::kBF16) {
       h.s0[i] = bf16_to_f32(h.s0h[i]);
       h.s1[i] = bf16_to_f32(h.s1h[i]);
     }
@@ -124,7 +125,7 @@ TEST(Kernels, OptimizerStepMatchesCpuBitwise) {
   REQUIRE_DEVICE();
   std::mt19937 rng(3);
   for (const OptimizerParams& hp : variants()) {
-    const bool bf16_state = hp.state_dtype() == DType::kBF16;
+    const bool bf16_state = hp.state_dtype() == MomentDType::kBF16;
     for (DType gdt : {DType::kF32, DType::kBF16, DType::kF16}) {
       for (int copy_kind = 0; copy_kind < 3; ++copy_kind) {
         for (std::size_t misalign : {std::size_t{0}, std::size_t{1}}) {
@@ -196,6 +197,83 @@ TEST(Kernels, OptimizerStepMatchesCpuBitwise) {
               EXPECT_EQ(keep[a++]->read<std::uint16_t>(), c.copy) << what;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// int8 moments: the kernel (one thread block per quantization block, the element's run among
+// the launch's) against the CPU scalar path, bit for bit: parameter-group runs that cut blocks,
+// more runs than one launch takes (so launches split on block boundaries), odd sizes, 10 steps.
+TEST(Kernels, Int8MomentStepMatchesCpuBitwise) {
+  REQUIRE_DEVICE();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  OptimizerParams a;
+  a.moment_dtype = MomentDType::kInt8;
+  a.weight_decay = 0.01;
+  OptimizerParams b = a;
+  b.weight_decay = 0.0;
+  b.lr = 3e-3;
+  b.beta1 = 0.8;
+  const std::vector<OptimizerParams> groups = {a, b};
+  for (DType gdt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int copy_kind = 0; copy_kind < 3; ++copy_kind) {
+      for (std::size_t n :
+           {std::size_t{1}, std::size_t{300}, std::size_t{4099}, std::size_t{1000003}}) {
+        // Runs of 1..700 elements alternating groups: up to ~3 per block, thousands in all.
+        std::vector<StepRun> runs;
+        for (std::size_t at = 0; at < n;) {
+          const std::size_t len = std::min<std::size_t>(n - at, 1 + rng() % 700);
+          runs.push_back({at, len, static_cast<int>(runs.size() % 2)});
+          at += len;
+        }
+        std::vector<float> p(n), g32(n);
+        std::vector<std::uint16_t> g16(n), copy(n, 0xffff);
+        for (std::size_t i = 0; i < n; ++i) {
+          p[i] = u(rng);
+          g32[i] = u(rng) * std::pow(10.0f, 3 * u(rng));
+          g16[i] = gdt == DType::kF16 ? f32_to_f16(g32[i]) : f32_to_bf16(g32[i]);
+        }
+        const std::size_t sb = state_bytes(MomentDType::kInt8, n);
+        std::vector<std::uint8_t> m(sb, 0), v(sb, 0);
+        DeviceArray dp(p.data(), n * 4, 0), dm(m.data(), sb, 0), dv(v.data(), sb, 0),
+            dcopy(copy.data(), n * 2, 0);
+        DeviceArray dg(gdt == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data(),
+                       n * dtype_size(gdt), 0);
+        ShardRef d, r;
+        d.count = r.count = n;
+        d.master = static_cast<float*>(dp.data);
+        d.grad = dg.data;
+        d.grad_dtype = r.grad_dtype = gdt;
+        d.state[0] = dm.data;
+        d.state[1] = dv.data;
+        r.master = p.data();
+        r.grad = gdt == DType::kF32 ? static_cast<const void*>(g32.data()) : g16.data();
+        r.state[0] = m.data();
+        r.state[1] = v.data();
+        if (copy_kind > 0) {
+          d.param_copy = dcopy.data;
+          r.param_copy = copy.data();
+          d.param_copy_dtype = r.param_copy_dtype = copy_kind == 1 ? DType::kBF16 : DType::kF16;
+        }
+        CpuExecOptions scalar;
+        scalar.isa = Isa::kScalar;
+        CpuOptimizer opt(scalar);
+        for (std::int64_t step = 1; step <= 10; ++step) {
+          k::optimizer_step_runs(groups.data(), 2, d, runs.data(), runs.size(), step, 0.5f,
+                                 nullptr);
+          opt.step(groups.data(), 2, r, runs.data(), runs.size(), step, 0.5f);
+        }
+        ok(cudaDeviceSynchronize(), "sync");
+        const std::string what = "grad " + std::string(to_string(gdt)) + " copy " +
+                                 std::to_string(copy_kind) + " n " + std::to_string(n);
+        EXPECT_EQ(std::memcmp(dp.read<float>().data(), p.data(), n * 4), 0) << what << " master";
+        EXPECT_EQ(dm.read<std::uint8_t>(), m) << what << " m";
+        EXPECT_EQ(dv.read<std::uint8_t>(), v) << what << " v";
+        if (copy_kind > 0) {
+          EXPECT_EQ(dcopy.read<std::uint16_t>(), copy) << what << " copy";
         }
       }
     }
@@ -311,6 +389,12 @@ TEST(Kernels, BadArgumentsAndMissingDeviceAreErrors) {
   EXPECT_THROW(k::scale(nullptr, DType::kF32, 4, 2.0f, nullptr), Error);
   EXPECT_THROW(k::cast(nullptr, DType::kF32, nullptr, DType::kBF16, 4, nullptr), Error);
   EXPECT_NO_THROW(k::optimizer_step(hp, nullptr, 0, 1, 1.0f, nullptr));
+  // int8 moments step through optimizer_step_runs (a block is stepped whole); runs must tile.
+  OptimizerParams q8;
+  q8.moment_dtype = MomentDType::kInt8;
+  EXPECT_THROW(k::optimizer_step(q8, &s, 1, 1, 1.0f, nullptr), Error);
+  const StepRun half{0, 5, 0};
+  EXPECT_THROW(k::optimizer_step_runs(&q8, 1, s, &half, 1, 1, 1.0f, nullptr), Error);
   if (have_device()) return;
   // No device: a well-formed call reaches CUDA and must report its failure as kCuda.
   alignas(16) static float dummy[16];

@@ -450,6 +450,119 @@ TEST(NvmeOffload, FilesHoldExactlyTheExpectedBytes) {
   }
 }
 
+// ---- int8 moments (block-wise 8-bit): offloaded like any state, 8-bit in the swap file
+
+// Host and NVMe optimizer offload give the int8 run's bits without offload, every stage, with
+// accumulation and clipping, on the CPU device and the discrete one; chunks are whole
+// quantization blocks (7 and 100 round up to 256).
+TEST(Int8MomentOffload, HostAndNvmeOffloadGiveBitwiseTheSameParameters) {
+  TempDir dir;
+  int runs = 0;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (int stage : {1, 2, 3}) {
+      for (int accumulation : {1, 3}) {
+        RunSpec base{.stage = stage,
+                     .ranks = 3,
+                     .dtype = dt,
+                     .accumulation = accumulation,
+                     .clip = true,
+                     .overlap = stage == 3};
+        base.moment_dtype = "int8";
+        const RunResult ref = train(base);
+        for (const char* device : {"cpu", "nvme"}) {
+          for (long chunk : {7L, 100L, 600L}) {
+            RunSpec s = nvme_spec(stage, dt, chunk == 600 ? 1 : 2, chunk, dir.path());
+            s.moment_dtype = "int8";
+            s.accumulation = accumulation;
+            s.offload_device = device;
+            s.discrete = chunk == 100;
+            const RunResult got = train(s);
+            ++runs;
+            EXPECT_TRUE(bitwise_equal(got.params, ref.params)) << describe(s);
+            EXPECT_TRUE(bitwise_equal(got.masters, ref.masters)) << describe(s);
+            EXPECT_TRUE(dir.files().empty()) << "swap files left behind: " << describe(s);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2 * 3 * 2 * 2 * 3);
+}
+
+// The swap file holds the master and the two int8 moment arrays (codes and each block's absmax,
+// as in memory) chunk by chunk, each part 4 KiB-aligned: the state parts are
+// state_bytes(int8, n) = n + 4 n / 256 bytes, a quarter (plus the scales) of f32 moments'; the
+// tracker's NVMe tier is the file; the plan predicts it.
+TEST(Int8MomentOffload, TheSwapFileHoldsTheEightBitStateExactly) {
+  TempDir dir;
+  constexpr long kChunk = 256;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    RunSpec nvme = nvme_spec(2, dt, 2, kChunk, dir.path());
+    nvme.ranks = 2;
+    nvme.moment_dtype = "int8";
+    RunSpec host = nvme;
+    host.offload_device = "cpu";
+    const Mlp mlp(kDims);
+    const PlanResult plan = plan_mlp(make_config(nvme), 2);
+    ThreadGroup::run(2, [&](Communicator& comm) {
+      Engine eh(comm, make_config(host));
+      Engine en(comm, make_config(nvme));
+      for (Engine* e : {&eh, &en}) {
+        mlp.declare(*e);
+        mlp.init(*e, 3);
+        for (int step = 0; step < 3; ++step) {
+          mlp.micro_step(*e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
+          e->step();
+        }
+      }
+      const std::string file =
+          open_swap_file(dir.path(), "zero-optim-r" + std::to_string(comm.rank()) + "-");
+      ASSERT_FALSE(file.empty());
+      const std::vector<char> disk = read_file(file);
+      std::size_t off = 0, master_bytes = 0, state_file = 0;
+      for (UnitId u = 0; u < en.num_units(); ++u) {
+        const std::size_t shard = en.unit_shard_numel(u);
+        ASSERT_EQ(shard % 256, 0u) << "a shard is whole quantization blocks";
+        const auto* master = reinterpret_cast<const char*>(eh.master_shard(u));
+        const auto* m = static_cast<const char*>(eh.state_shard(u, 0));
+        const auto* v = static_cast<const char*>(eh.state_shard(u, 1));
+        for (std::size_t at = 0; at < shard; at += kChunk) {
+          const std::size_t n = std::min<std::size_t>(kChunk, shard - at);
+          const std::size_t sb = state_bytes(MomentDType::kInt8, n);
+          const std::size_t sat = state_bytes(MomentDType::kInt8, at);
+          const std::size_t mp = offload::align_up(n * 4), sp = offload::align_up(sb);
+          ASSERT_LE(off + mp + 2 * sp, disk.size());
+          EXPECT_EQ(std::memcmp(disk.data() + off, master + at * 4, n * 4), 0) << u << " " << at;
+          EXPECT_EQ(std::memcmp(disk.data() + off + mp, m + sat, sb), 0) << u << " " << at;
+          EXPECT_EQ(std::memcmp(disk.data() + off + mp + sp, v + sat, sb), 0) << u << " " << at;
+          off += mp + 2 * sp;
+          master_bytes += mp;
+          state_file += 2 * sp;
+        }
+      }
+      EXPECT_EQ(disk.size(), off);
+      const MemoryTracker& t = en.tracker();
+      EXPECT_EQ(t.current(MemCategory::kMasterParams, MemTier::kNvme), master_bytes);
+      EXPECT_EQ(t.current(MemCategory::kOptimizerState, MemTier::kNvme), state_file);
+      for (std::size_t c = 0; c < kNumMemCategories; ++c) {
+        EXPECT_EQ(t.current(static_cast<MemCategory>(c), MemTier::kNvme), plan.nvme[c]);
+      }
+      // The states read back through the swapper are the host tier's bytes.
+      for (UnitId u = 0; u < en.num_units(); ++u) {
+        const std::size_t sb = state_bytes(MomentDType::kInt8, en.unit_shard_numel(u));
+        std::vector<char> a(sb), b(sb);
+        for (int k = 0; k < 2; ++k) {
+          en.copy_state_shard(u, k, a.data());
+          eh.copy_state_shard(u, k, b.data());
+          EXPECT_EQ(a, b) << "unit " << u << " state " << k;
+        }
+      }
+      comm.barrier();
+    });
+    EXPECT_TRUE(dir.files().empty()) << "swap files left behind";
+  }
+}
+
 // ---- errors: each names the key or the file and offset
 
 std::string nvme_error(const RunSpec& s) {

@@ -26,6 +26,7 @@
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
+#include "zero/optimizer.hpp"
 #include "zero/placement.hpp"
 #include "zero/plan.hpp"
 
@@ -431,6 +432,53 @@ TEST(PartialOffload, TrainsBitwiseTheSameParametersAtEveryRatio) {
     }
   }
   EXPECT_EQ(runs, 2 * 3 * 2 * 5);
+  EXPECT_TRUE(dir.files().empty()) << "swap files left behind";
+}
+
+// int8 moments (block-wise 8-bit, issue 30 item 1) with a partial offload: every unit's shard is
+// a whole number of 256-element blocks (the layout pads to N x 256), so the cut between the tiers
+// never splits a block; each tier holds state_bytes(int8, its elements) per moment (codes and one
+// f32 absmax per block), the planner equal to the tracker, and the trained parameters bitwise the
+// int8 run without offload at every ratio.
+TEST(PartialOffload, Int8MomentsSplitAtTheCutBitwiseTheRunWithoutOffload) {
+  TempDir dir;
+  int runs = 0;
+  for (int stage : {2, 3}) {
+    RunSpec base{
+        .stage = stage, .ranks = 2, .dtype = DType::kBF16, .clip = true, .overlap = stage == 3};
+    base.dims = kWide;
+    base.moment_dtype = "int8";
+    const RunResult ref = train(base);
+    for (const char* device : {"cpu", "nvme"}) {
+      for (double ratio : {0.0, 0.5, 1.0}) {
+        RunSpec s = offload_spec(stage, DType::kBF16, device, ratio, dir.path());
+        s.moment_dtype = "int8";
+        const PlanResult plan = plan_of(make_config(s), 2, kWide);
+        const Tracked t = train_and_track(s, plan);
+        EXPECT_TRUE(plan_matches(plan, t)) << describe(s);
+        // The shards at N = 2 and int8: each unit padded to 2 x 256, so 256 elements a unit.
+        const std::size_t total = 256 * (kWide.size() - 1);
+        const std::size_t pinned_moments = at(t.pinned, MemCategory::kOptimizerState);
+        const std::size_t pinned_elems = at(t.pinned, MemCategory::kMasterParams) / 4;
+        EXPECT_EQ(pinned_elems % 256, 0u) << describe(s);
+        EXPECT_EQ(pinned_moments, 2 * state_bytes(MomentDType::kInt8, pinned_elems)) << describe(s);
+        EXPECT_EQ(state_bytes(MomentDType::kInt8, 256), 256u + 4u);
+        const bool nvme = std::string(device) == "nvme";
+        if (!nvme) {
+          EXPECT_EQ(pinned_elems, static_cast<std::size_t>(ratio * static_cast<double>(total)))
+              << describe(s);
+          EXPECT_EQ(at(t.bytes, MemCategory::kOptimizerState) - pinned_moments,
+                    2 * state_bytes(MomentDType::kInt8, total - pinned_elems))
+              << describe(s);
+        }
+        const RunResult got = train(s);
+        ++runs;
+        EXPECT_TRUE(bitwise_equal(got.params, ref.params)) << describe(s);
+        EXPECT_TRUE(bitwise_equal(got.masters, ref.masters)) << describe(s);
+      }
+    }
+  }
+  EXPECT_EQ(runs, 2 * 2 * 3);
   EXPECT_TRUE(dir.files().empty()) << "swap files left behind";
 }
 

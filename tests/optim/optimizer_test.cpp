@@ -89,7 +89,7 @@ std::vector<Variant> variants() {
   p.bias_correction = false;
   v.push_back({"AdamW_nobias", p});
   p.bias_correction = true;
-  p.moment_dtype = DType::kBF16;
+  p.moment_dtype = MomentDType::kBF16;
   v.push_back({"AdamW_bf16moments", p});
 
   p = {};
@@ -159,7 +159,7 @@ Problem make_problem(std::size_t n, DType gdt, const OptimizerParams& hp, std::u
   pr.p0.resize(n);
   pr.s00.resize(n);
   pr.s10.resize(n);
-  const bool bf16_state = hp.state_dtype() == DType::kBF16;
+  const bool bf16_state = hp.state_dtype() == MomentDType::kBF16;
   for (std::size_t i = 0; i < n; ++i) {
     pr.p0[i] = nonzero(1.0f);
     // Adam m; SGD buffer; Lion m: signed. Adam v, Adagrad sum: positive.
@@ -203,7 +203,7 @@ Reference run_reference(const Problem& pr, DType gdt, const OptimizerParams& hp)
   r.s0.assign(pr.s00.begin(), pr.s00.end());
   r.s1.assign(pr.s10.begin(), pr.s10.end());
   r.ambiguous.assign(n, 0);
-  const bool bf16_state = hp.state_dtype() == DType::kBF16;
+  const bool bf16_state = hp.state_dtype() == MomentDType::kBF16;
   const double gs = pr.grad_scale;
   const double lr = hp.lr, wd = hp.weight_decay, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps;
   for (int s = 0; s < kSteps; ++s) {
@@ -289,7 +289,7 @@ ShardRun run_ours(const Problem& pr, DType gdt, const OptimizerParams& hp, const
   std::copy(pr.p0.begin(), pr.p0.end(), r.master.data());
   r.g32 = Guarded<float>(n, 3, kCanaryF);
   r.g16 = Guarded<std::uint16_t>(n, 3, kCanary16);
-  const bool bf16_state = hp.state_dtype() == DType::kBF16;
+  const bool bf16_state = hp.state_dtype() == MomentDType::kBF16;
   const std::size_t smis[2] = {5, 2};
   ShardRef shard;
   shard.count = n;
@@ -362,7 +362,7 @@ double state_value(const ShardRun& r, bool bf16_state, int k, std::size_t i) {
 void expect_matches_reference(const ShardRun& r, const Reference& ref, const OptimizerParams& hp,
                               const std::string& what) {
   const std::size_t n = ref.p.size();
-  const bool bf16_state = hp.state_dtype() == DType::kBF16;
+  const bool bf16_state = hp.state_dtype() == MomentDType::kBF16;
   const int ns = hp.num_states();
   const double lr_total = hp.lr * kSteps / (hp.bias_correction ? 1 - hp.beta1 : 1.0);
   const double p_atol = (bf16_state ? 2e-2 : 2e-5) * lr_total + 1e-7;
@@ -535,7 +535,7 @@ TEST(CpuOptimizer, NonFiniteGradientsPropagateOnEveryPath) {
 // ---- init_state
 TEST(CpuOptimizer, InitStateZeroesEveryStateArray) {
   OptimizerParams hp;
-  hp.moment_dtype = DType::kBF16;
+  hp.moment_dtype = MomentDType::kBF16;
   const std::size_t n = 200003;
   std::vector<std::uint16_t> m(n, 0x1234), v(n, 0x4321);
   ShardRef shard;
@@ -662,7 +662,7 @@ TEST(OptimizerParams, FromConfig) {
   EXPECT_EQ(p.beta1, 0.8);
   EXPECT_EQ(p.beta2, 0.95);
   EXPECT_FALSE(p.adam_w_mode);
-  EXPECT_EQ(p.moment_dtype, DType::kBF16);
+  EXPECT_EQ(p.moment_dtype, MomentDType::kBF16);
   EXPECT_EQ(p.num_states(), 2);
 
   auto config_error = [](OptimizerConfig bad, const std::string& key) {
@@ -748,7 +748,7 @@ TEST(CpuOptimizer, BadArgumentsAreErrors) {
   expect_invalid([&] { opt.step(bad, ok, 1); }, "eps");
   bad = hp;
   bad.type = OptimizerType::kLion;
-  bad.moment_dtype = DType::kBF16;
+  bad.moment_dtype = MomentDType::kBF16;
   expect_invalid([&] { opt.step(bad, ok, 1); }, "moment_dtype");
   bad = {};
   bad.type = OptimizerType::kSgd;

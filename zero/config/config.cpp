@@ -183,7 +183,7 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
     if (const json* v = p.find("amsgrad"); v != nullptr && *v != false) {
       p.fail("amsgrad", *v, "AMSGrad is not supported");
     }
-    p.get("moment_dtype", o.moment_dtype, {"f32", "bf16"});
+    p.get("moment_dtype", o.moment_dtype, {"f32", "bf16", "int8"});
   }
   if (o.type == "SGD") {
     p.get_num("momentum", o.momentum, 0.0, 1.0);

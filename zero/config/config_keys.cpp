@@ -106,7 +106,7 @@ I("optimizer.params.bias_correction", "false", kOpt, "Adam / AdamW bias correcti
 I("optimizer.params.adam_w_mode", "false", kOpt, "Adam: decoupled decay (default) or L2; AdamW refuses false"),
 N("optimizer.params.torch_adam", "false", "true", "DeepSpeed then runs torch.optim.Adam instead of its fused kernel; the update here is the same rule in zero's own kernels"),
 R("optimizer.params.amsgrad", "false", "true", "AMSGrad is refused"),
-I("optimizer.params.moment_dtype", "\"bf16\"", kOpt, "zero extension: f32 or bf16 Adam moments"),
+I("optimizer.params.moment_dtype", "\"bf16\"", kOpt, "zero extension: f32, bf16 or int8 (block-wise 8-bit, as bitsandbytes) Adam moments"),
 I("optimizer.params.momentum", "0.5", kOpt, "SGD momentum"),
 I("optimizer.params.dampening", "0.1", kOpt, "SGD dampening"),
 I("optimizer.params.nesterov", "true", kOpt, "SGD Nesterov momentum"),

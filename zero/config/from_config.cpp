@@ -26,7 +26,7 @@ OptimizerParams OptimizerParams::from_config(const OptimizerConfig& c) {
     ZERO_THROW(kConfig, "optimizer.type: ", e.message());
   }
   try {
-    p.moment_dtype = parse_dtype(c.moment_dtype);
+    p.moment_dtype = parse_moment_dtype(c.moment_dtype);
   } catch (const Error& e) {
     ZERO_THROW(kConfig, "optimizer.params.moment_dtype: ", e.message());
   }

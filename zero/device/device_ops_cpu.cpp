@@ -44,6 +44,12 @@ void CpuDeviceOps::optimizer_step(const OptimizerParams& params, const ShardRef*
   for (std::size_t k = 0; k < count; ++k) optimizer_.step(params, shards[k], step, grad_scale);
 }
 
+void CpuDeviceOps::optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                                       const ShardRef& shard, const StepRun* runs,
+                                       std::size_t num_runs, std::int64_t step, float grad_scale) {
+  optimizer_.step(groups, num_groups, shard, runs, num_runs, step, grad_scale);
+}
+
 GradStats CpuDeviceOps::grad_stats(const void* grad, DType dtype, std::size_t count) {
   return optimizer_.grad_stats(grad, dtype, count);
 }

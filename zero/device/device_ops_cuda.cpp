@@ -83,13 +83,20 @@ class CudaDeviceOps final : public DeviceOps {
     detail::kernels::accumulate(dst, dst_dtype, src, src_dtype, count, first, compute_);
   }
   void init_state(const OptimizerParams& params, const ShardRef& shard) override {
-    const std::size_t bytes = shard.count * dtype_size(params.state_dtype());
+    const std::size_t bytes = state_bytes(params.state_dtype(), shard.count);
     for (int k = 0; k < params.num_states(); ++k) fill(shard.state[k], 0, bytes);
   }
   void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
                       std::int64_t step, float grad_scale) override {
     bind();
     detail::kernels::optimizer_step(params, shards, count, step, grad_scale, compute_);
+  }
+  void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                           const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                           std::int64_t step, float grad_scale) override {
+    bind();
+    detail::kernels::optimizer_step_runs(groups, num_groups, shard, runs, num_runs, step,
+                                         grad_scale, compute_);
   }
   GradStats grad_stats(const void* grad, DType dtype, std::size_t count) override {
     bind();

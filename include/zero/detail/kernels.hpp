@@ -30,6 +30,14 @@ namespace zero::detail::kernels {
 void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::size_t count,
                     std::int64_t step, float grad_scale, void* stream);
 
+// One shard whose runs belong to several parameter groups (CpuOptimizer::step over runs, the
+// same bits): int8 moments in one launch per shard (a few for shards of more than 32 runs), one
+// thread block per quantization block; f32 / bf16 moments as optimizer_step per run. Returns
+// when enqueued.
+void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                         const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                         std::int64_t step, float grad_scale, void* stream);
+
 // One gradient tensor on the device.
 struct GradRef {
   const void* data = nullptr;
