@@ -5,6 +5,13 @@
 set -euo pipefail
 
 ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# What outlives a clone: ccache's objects and the TSan-built oneTBB (tools/sanitize), in the
+# user's cache directory (ccache's own default place), so that a fresh clone on a machine that
+# built zero before compiles only what changed. CCACHE_BASEDIR makes the clone's path irrelevant
+# to ccache's hashes. ZERO_CACHE_DIR / CCACHE_DIR override.
+ZERO_CACHE="${ZERO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zero}"
+export CCACHE_DIR="${CCACHE_DIR:-$ZERO_CACHE/ccache}"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ZERO_ROOT}"
 ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
                libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev
                libxxhash-dev pkg-config libcli11-dev)
@@ -47,7 +54,6 @@ zero_setup() {
   if [[ -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
-  export CCACHE_DIR="${CCACHE_DIR:-$ZERO_ROOT/.cache/ccache}"
   local jobs
   jobs="$(nproc)"
   cmake -S "$ZERO_ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
