@@ -300,6 +300,11 @@ std::size_t ChunkSwapper::slot_bytes(std::size_t c) const {
   return (c + 1 < elems_.size() ? slot_offset_.at(c + 1) : copy_bytes_) - slot_offset_.at(c);
 }
 
+std::size_t ChunkSwapper::read_bytes(std::size_t c) const {
+  if (o_.read_parts == 0 || o_.read_parts >= parts_.size()) return slot_bytes(c);
+  return part_offset(c, o_.read_parts) - slot_at(c);
+}
+
 std::size_t ChunkSwapper::slot_at(std::size_t c, bool alternate) const {
   const std::size_t slot = current_.at(c) ^ static_cast<unsigned char>(alternate);
   return slot_offset_.at(c) + slot * copy_bytes_;
@@ -390,7 +395,7 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
           const std::size_t s = next_read % nb;
           settle_write(s);  // the set's previous chunk must have landed before it is reused
           reading[s] =
-              aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s], slot_bytes(next_read),
+              aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s], read_bytes(next_read),
                           slot_at(next_read), static_cast<std::int64_t>(next_read));
         }
         aio_.wait(std::exchange(reading[set], kNone));

@@ -110,6 +110,9 @@ class ChunkSwapper {
     std::string origin;  // what chose dir, for errors: "config key '…nvme_path'", a flag
     std::size_t buffer_count = 4;
     std::size_t slots = 1;  // 2: a current and an alternate slot per chunk (see above)
+    // The leading parts run() reads of a slot (0: all); the others are left to fn, which fills
+    // them before the slot is written (a part only ever written, like a copy read elsewhere).
+    std::size_t read_parts = 0;
     bool pipeline_read = true;
     bool pipeline_write = true;
     // aio.observer: each slot read / write is a kNvme region whose unit is the chunk (slot)
@@ -184,6 +187,7 @@ class ChunkSwapper {
   // zeros where the data was, with no short read to tell. kCorruption naming the read and the
   // hole's offset. REQUIRES: no write in flight over the range.
   void check_no_hole(std::size_t first, std::size_t last) const;
+  std::size_t read_bytes(std::size_t c) const;  // what run() reads of chunk c's slot
   // The file offset of chunk c's current slot (alternate: its other one).
   std::size_t slot_at(std::size_t c, bool alternate = false) const;
   bool written(std::size_t c) const { return written_[c * o_.slots + current_[c]]; }

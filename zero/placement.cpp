@@ -171,6 +171,9 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
                "config key 'zero_optimization.offload_optimizer.overlap_step' = true is not "
                "supported with 'zero_optimization.offload_param.device' = \"nvme\"");
     in.optim_swap.slots = 2;  // NVMe: the speculative chunk goes to the alternate slot
+    // The updated 16-bit copy a slot carries (below) is written by the step, read at the commit.
+    if (in.working != DType::kF32)
+      in.optim_swap.read_parts = 1 + static_cast<std::size_t>(in.num_states);
   }
   // The updated shards reach the parameter file through the offloaded optimizer's chunk loop:
   // every unit must be stepped there (with device cpu, the ratio keeps the leading units on the
