@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -64,7 +65,15 @@ Out run(const RunSpec& s, int clip_step = -1, int overflow_step = -1, double cli
     EngineOptions eo;
     eo.tracer = &tracer;
     Mlp mlp(s.dims);
-    Engine e(comm, cfg, eo);
+    // The discrete test device: its memory the host cannot address (the commit's parameters
+    // then go out through the device's copies).
+    std::unique_ptr<testing::DiscreteComm> discrete;
+    if (s.discrete) {
+      discrete = std::make_unique<testing::DiscreteComm>(comm);
+      eo.device_ops = std::make_shared<testing::DiscreteCpuDevice>();
+      mlp.device = eo.device_ops.get();
+    }
+    Engine e(s.discrete ? *discrete : comm, cfg, eo);
     mlp.declare(e);
     mlp.init(e, 42);
     std::vector<StepResult> steps;
@@ -140,6 +149,7 @@ struct Case {
   DType dtype;
   int accumulation;
   double ratio;
+  bool discrete = false;
 };
 
 RunSpec spec_of(const Case& c, const std::string& nvme_path, bool overlap_step) {
@@ -158,6 +168,7 @@ RunSpec spec_of(const Case& c, const std::string& nvme_path, bool overlap_step) 
   s.offload_ratio = c.ratio;
   s.moment_dtype = c.moments;
   s.overlap_step = overlap_step;
+  s.discrete = c.discrete;
   return s;
 }
 
@@ -174,13 +185,15 @@ std::vector<Case> cases() {
   out.push_back({2, "cpu", "f32", DType::kF32, 1, 0.5});   // cpu: the device keeps the rest
   out.push_back({3, "nvme", "f32", DType::kBF16, 2, 1.0});
   out.push_back({2, "cpu", "int8", DType::kBF16, 2, 1.0});
+  out.push_back({2, "cpu", "f32", DType::kBF16, 1, 1.0, /*discrete=*/true});
+  out.push_back({3, "nvme", "int8", DType::kBF16, 2, 0.5, /*discrete=*/true});
   return out;
 }
 
 std::string name(const Case& c) {
   return "stage " + std::to_string(c.stage) + ", " + c.device + ", " + c.moments + " moments, " +
          std::string(to_string(c.dtype)) + ", A=" + std::to_string(c.accumulation) + ", ratio " +
-         std::to_string(c.ratio);
+         std::to_string(c.ratio) + (c.discrete ? ", discrete device" : "");
 }
 
 // Clipping enabled at every step, never engaging: every step's speculative units committed.
