@@ -245,8 +245,11 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
   // The pinned tier's chunks in place, then the swap file's through its staging slots (one
   // chunk sequence: the staging buffers and the gradient copies run on across both).
   if (placement_.nvme_optimizer) write_nvme_state();
-  // overlap_step: the chunks a settle() committed are stepped already.
-  auto done = [&](std::size_t c) { return !committed_.empty() && committed_[c]; };
+  // overlap_step: the chunks a settle() committed are stepped already (taken here, so that a
+  // step that throws leaves none marked for the next).
+  const std::vector<bool> committed =
+      std::exchange(committed_, std::vector<bool>(committed_.size(), false));
+  auto done = [&](std::size_t c) { return !committed.empty() && committed[c]; };
   for (std::size_t c = 0; c < placement_.nvme_chunk; ++c) {
     if (done(c)) continue;
     const Chunk& ch = placement_.chunks[c];
@@ -273,7 +276,6 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
       lo = hi;
     }
   }
-  committed_.assign(committed_.size(), false);
   dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
   all_copies_out_waited();
   dev_.join(DeviceOps::Lane::kCompute, DeviceOps::Lane::kCopy);
