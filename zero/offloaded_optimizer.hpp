@@ -100,7 +100,7 @@ class OffloadedOptimizer final : public ShardOptimizer {
     const char* grads = nullptr;  // the unit's reduced gradients (host memory)
   };
   void worker_loop();
-  bool spec_unit(const SpecJob& job);  // on the worker; whether it held any chunk
+  int spec_units(const std::vector<SpecJob>& batch);  // on the worker
   // The fused host step of chunk c on `part` (its grads, master, states and copy set), runs
   // gathered into `runs`; a kOptimizer region named `what`.
   void host_step(const std::vector<OptimizerParams>& groups, std::size_t c, ShardRef& part,

@@ -6,6 +6,7 @@
 // whether they are the step's (no clipping, no overflow: commit) or not (dropped; the engine
 // redoes the units in step(), or skips the step on overflow). Every result is computed by the
 // same fused host step on the same inputs as step()'s, so a commit is bitwise today's step.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -52,39 +53,41 @@ void OffloadedOptimizer::worker_loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
     if (stop_) return;
-    const SpecJob job = jobs_.front();
-    jobs_.pop_front();
+    // Every unit landed so far, in one batch: units landing together (the reductions still in
+    // flight at the end of backward) share one pass of the swapper's pipeline.
+    std::vector<SpecJob> batch(jobs_.begin(), jobs_.end());
+    jobs_.clear();
     busy_ = true;
     lock.unlock();
     std::exception_ptr error;
-    bool held = false;
+    int held = 0;
     try {
-      if (spec_error_ == nullptr) held = spec_unit(job);  // after a failure the rest wait
+      if (spec_error_ == nullptr) held = spec_units(batch);  // after a failure the rest wait
     } catch (...) {
       error = std::current_exception();
     }
     lock.lock();
-    if (held) ++spec_units_;
+    spec_units_ += held;
     if (error != nullptr && spec_error_ == nullptr) spec_error_ = error;
     busy_ = false;
     cv_.notify_all();
   }
 }
 
-// On the worker: unit u's chunks stepped apart from the state.
-bool OffloadedOptimizer::spec_unit(const SpecJob& job) {
-  const auto ui = static_cast<std::size_t>(job.unit);
-  const std::size_t c0 = placement_.unit_chunk[ui], c1 = placement_.unit_chunk[ui + 1];
+// On the worker: the batch's units' chunks stepped apart from the state. Returns how many units
+// had a chunk held.
+int OffloadedOptimizer::spec_units(const std::vector<SpecJob>& batch) {
   const StepOptions& o = spec_options_;
   const std::size_t rs = dtype_size(r_);
   const int ns = params_.num_states();
   const MomentDType sd = params_.state_dtype();
-  auto chunk_ref = [&](std::size_t c, float* master, char* const* states, void* copy) {
+  auto chunk_ref = [&](std::size_t c, const char* grads, float* master, char* const* states,
+                       void* copy) {
     const Chunk& ch = placement_.chunks[c];
     ShardRef part;
     part.count = ch.count;
     part.master = master;
-    part.grad = job.grads + ch.at * rs;
+    part.grad = grads + ch.at * rs;
     part.grad_dtype = r_;
     for (int k = 0; k < ns; ++k) part.state[k] = states[k];
     if (w_ != DType::kF32) {
@@ -93,42 +96,68 @@ bool OffloadedOptimizer::spec_unit(const SpecJob& job) {
     }
     return part;
   };
-  bool held = false;
-  // Pinned chunks: copied into the window's next buffer and stepped there, while it lasts.
-  for (std::size_t c = c0; c < std::min(c1, placement_.nvme_chunk); ++c) {
-    if (window_used_ == window_.size()) break;  // the rest are stepped at the boundary
-    const Chunk& ch = placement_.chunks[c];
-    const std::size_t slot = window_used_++;
-    char* st[2] = {};
-    std::memcpy(window_part(slot, 0), master(ch.unit) + ch.at, ch.count * 4);
-    for (int k = 0; k < ns; ++k) {
-      st[k] = window_part(slot, 1 + k);
-      std::memcpy(st[k], state(ch.unit, k) + state_bytes(sd, ch.at), state_bytes(sd, ch.count));
+  int held_units = 0;
+  std::vector<SpecJob> nvme;  // the units with chunks in the swap file
+  for (const SpecJob& job : batch) {
+    const auto ui = static_cast<std::size_t>(job.unit);
+    const std::size_t c0 = placement_.unit_chunk[ui], c1 = placement_.unit_chunk[ui + 1];
+    bool held = false;
+    // Pinned chunks: copied into the window's next buffer and stepped there, while it lasts.
+    for (std::size_t c = c0; c < std::min(c1, placement_.nvme_chunk); ++c) {
+      if (window_used_ == window_.size()) break;  // the rest are stepped at the boundary
+      const Chunk& ch = placement_.chunks[c];
+      const std::size_t slot = window_used_++;
+      char* st[2] = {};
+      std::memcpy(window_part(slot, 0), master(ch.unit) + ch.at, ch.count * 4);
+      for (int k = 0; k < ns; ++k) {
+        st[k] = window_part(slot, 1 + k);
+        std::memcpy(st[k], state(ch.unit, k) + state_bytes(sd, ch.at), state_bytes(sd, ch.count));
+      }
+      ShardRef part = chunk_ref(c, job.grads, reinterpret_cast<float*>(window_part(slot, 0)), st,
+                                window_part(slot, 1 + ns));
+      host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale,
+                "optimizer chunk (speculative)");
+      spec_slot_[c] = slot + 1;
+      held = true;
     }
-    ShardRef part =
-        chunk_ref(c, reinterpret_cast<float*>(window_part(slot, 0)), st, window_part(slot, 1 + ns));
-    host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale, "optimizer chunk (speculative)");
-    spec_slot_[c] = slot + 1;
-    held = true;
+    // Before the file's first write there is nothing to read: stepped at the boundary.
+    if (c1 > std::max(c0, placement_.nvme_chunk) && nvme_written_) {
+      nvme.push_back(job);
+      held = true;
+    }
+    held_units += held ? 1 : 0;
   }
   // NVMe chunks: read from the current slot, stepped in the staging buffer, written to the
-  // alternate slot. Before the file's first write there is nothing to read: stepped at the
-  // boundary.
-  const std::size_t first = std::max(c0, placement_.nvme_chunk);
-  if (first >= c1 || !nvme_written_) return held;
+  // alternate slot; units whose chunks follow one another in one pass, in file order.
+  std::sort(nvme.begin(), nvme.end(),
+            [](const SpecJob& a, const SpecJob& b) { return a.unit < b.unit; });
   const std::size_t base = placement_.nvme_chunk;
-  swapper_->run(
-      first - base, c1 - base, /*read=*/true, /*write=*/true,
-      [&](const ChunkSwapper::Staged& s) {
-        const std::size_t c = base + s.chunk;
-        ShardRef part = chunk_ref(c, reinterpret_cast<float*>(s.part[0]), s.part + 1,
-                                  w_ != DType::kF32 ? s.part[1 + ns] : nullptr);
-        host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale,
-                  "optimizer chunk (speculative)");
-      },
-      /*to_alternate=*/true);
-  for (std::size_t c = first; c < c1; ++c) spec_slot_[c] = 1;
-  return true;
+  for (std::size_t i = 0; i < nvme.size();) {
+    const auto first_unit = static_cast<std::size_t>(nvme[i].unit);
+    std::size_t j = i + 1;
+    while (j < nvme.size() &&
+           placement_.unit_chunk[static_cast<std::size_t>(nvme[j].unit)] ==
+               placement_.unit_chunk[static_cast<std::size_t>(nvme[j - 1].unit) + 1]) {
+      ++j;
+    }
+    const std::size_t first = std::max(placement_.unit_chunk[first_unit], base);
+    const std::size_t last = placement_.unit_chunk[static_cast<std::size_t>(nvme[j - 1].unit) + 1];
+    std::size_t k = i;  // the job whose unit holds the chunk being stepped (chunks ascend)
+    swapper_->run(
+        first - base, last - base, /*read=*/true, /*write=*/true,
+        [&](const ChunkSwapper::Staged& s) {
+          const std::size_t c = base + s.chunk;
+          while (placement_.chunks[c].unit != nvme[k].unit) ++k;
+          ShardRef part = chunk_ref(c, nvme[k].grads, reinterpret_cast<float*>(s.part[0]),
+                                    s.part + 1, w_ != DType::kF32 ? s.part[1 + ns] : nullptr);
+          host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale,
+                    "optimizer chunk (speculative)");
+        },
+        /*to_alternate=*/true);
+    for (std::size_t c = first; c < last; ++c) spec_slot_[c] = 1;
+    i = j;
+  }
+  return held_units;
 }
 
 Settled OffloadedOptimizer::settle(bool commit) {
