@@ -30,10 +30,12 @@
 // reads and writes are the swapper's queue's (aio.hpp).
 //
 // The step during backward (offload_optimizer.overlap_step, zero/offloaded_optimizer_spec.cpp):
-// speculate(u) queues unit u's chunks to a worker thread, which steps them apart from the state:
-// a pinned chunk copied into the next free buffer of the placement's window and stepped there
-// (chunks past the window wait for the boundary), an NVMe chunk read from its current slot and
-// written to its alternate one (the first step, before the file exists, speculates none).
+// speculate(u) queues unit u's chunks to a worker thread, which takes the units queued so far as
+// one batch and steps their chunks apart from the state: a pinned chunk copied into the next free
+// buffer of the placement's window and stepped there (chunks past the window wait for the
+// boundary), an NVMe chunk read from its current slot and written to its alternate one, units
+// with consecutive chunks in one pass of the swapper's pipeline (the first step, before the file
+// exists, speculates none).
 // settle(commit) joins the worker: a commit copies the window's chunks into the state, flips the
 // NVMe chunks' slots and writes every committed chunk's updated parameters (NVMe: read back from
 // the slot); step() then passes the committed chunks by. Without a commit nothing was touched.
