@@ -134,14 +134,14 @@ void expect_same(const Out& on, const Out& off, const std::string& what) {
   }
 }
 
-// The MLP's three units at N = 2 step 64, 160 and 96 elements (more with int8 moments, each
-// padded to whole quantization blocks). Ratio 0.5 offloads the trailing unit (96 of 320 is the
-// closest to 160): with cpu it alone is off the device; with nvme it is in the file, the others
-// pinned.
+// The MLP's three units at N = 2 step 64, 160 and 96 elements; with int8 moments 256 each (padded
+// to whole quantization blocks). Ratio 0.5 offloads the trailing units closest to half: 96 of 320
+// (one unit); with int8 256 or 512 of 768, equally close, so the larger part (two units). With cpu
+// those are off the device; with nvme in the file, the others pinned (all offloaded).
 int offloaded_units(const RunSpec& s) {
-  return s.offload_device == "cpu" && s.offload_ratio == 0.5 ? 1 : 3;
+  if (s.offload_device == "nvme" || s.offload_ratio == 1.0) return 3;
+  return s.moment_dtype == "int8" ? 2 : 1;
 }
-
 struct Case {
   int stage;
   std::string device;
@@ -183,6 +183,7 @@ std::vector<Case> cases() {
   }
   out.push_back({3, "nvme", "f32", DType::kF32, 1, 0.5});  // NVMe + pinned, both speculated
   out.push_back({2, "cpu", "f32", DType::kF32, 1, 0.5});   // cpu: the device keeps the rest
+  out.push_back({3, "cpu", "int8", DType::kF32, 1, 0.5});
   out.push_back({3, "nvme", "f32", DType::kBF16, 2, 1.0});
   out.push_back({2, "cpu", "int8", DType::kBF16, 2, 1.0});
   out.push_back({2, "cpu", "f32", DType::kBF16, 1, 1.0, /*discrete=*/true});
