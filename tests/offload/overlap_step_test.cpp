@@ -150,12 +150,19 @@ struct Case {
   int accumulation;
   double ratio;
   bool discrete = false;
+  // overlap_comm: reductions left in flight by grads_ready, landing later (the last ones in
+  // step()'s end of the micro-step); hybrid: 4 ranks in groups of 2, the replicas' all-reduce
+  // landing the shards.
+  bool overlap_comm = false;
+  bool hybrid = false;
 };
 
 RunSpec spec_of(const Case& c, const std::string& nvme_path, bool overlap_step) {
   RunSpec s;
   s.stage = c.stage;
-  s.ranks = 2;
+  s.ranks = c.hybrid ? 4 : 2;
+  s.hybrid = c.hybrid ? 2 : 0;
+  s.overlap = c.overlap_comm;
   s.dtype = c.dtype;
   s.accumulation = c.accumulation;
   s.steps = kSteps;
@@ -188,13 +195,17 @@ std::vector<Case> cases() {
   out.push_back({2, "cpu", "int8", DType::kBF16, 2, 1.0});
   out.push_back({2, "cpu", "f32", DType::kBF16, 1, 1.0, /*discrete=*/true});
   out.push_back({3, "nvme", "int8", DType::kBF16, 2, 0.5, /*discrete=*/true});
+  out.push_back({3, "nvme", "f32", DType::kBF16, 1, 1.0, false, /*overlap_comm=*/true});
+  out.push_back({2, "cpu", "f32", DType::kF32, 2, 1.0, false, /*overlap_comm=*/true});
+  out.push_back({3, "nvme", "f32", DType::kF32, 1, 1.0, false, true, /*hybrid=*/true});
   return out;
 }
 
 std::string name(const Case& c) {
   return "stage " + std::to_string(c.stage) + ", " + c.device + ", " + c.moments + " moments, " +
          std::string(to_string(c.dtype)) + ", A=" + std::to_string(c.accumulation) + ", ratio " +
-         std::to_string(c.ratio) + (c.discrete ? ", discrete device" : "");
+         std::to_string(c.ratio) + (c.discrete ? ", discrete device" : "") +
+         (c.overlap_comm ? ", overlap_comm" : "") + (c.hybrid ? ", hybrid 2 x 2" : "");
 }
 
 // Clipping enabled at every step, never engaging: every step's speculative units committed.
