@@ -6,6 +6,7 @@
 //             [--host-memory B] [--device-memory B] [--nvme-path DIR] [--nvme-capacity B]
 //             [--config ds.json] [--set key=value]... [--margin F] [--stages 0,1,2,3]
 //             [--moment-dtypes f32,bf16,int8] [--top K] [--all] [--write-config FILE]
+//             [--report FILE]
 //
 // The model: the GPT trainer's shape (examples/gpt: its units, activations and workspace from its
 // own accounting) or a JSON list of units (plan/plan_model.hpp). The written config is the
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -86,9 +88,49 @@ void print_chosen(const Choice& ch, const World& w) {
   std::printf("  predicted step: %s\n", time_text(c).c_str());
 }
 
+// --report FILE: every candidate as JSON (for tests and tables): its sets, fit, need per tier
+// for the node, bytes per rank per tier (the device tier with the trainer's), time by phase.
+void write_report(const Choice& ch, const World& w, const std::string& path) {
+  using json = nlohmann::ordered_json;
+  json cands = json::array();
+  for (std::size_t i = 0; i < ch.candidates.size(); ++i) {
+    const Candidate& c = ch.candidates[i];
+    std::size_t pinned = 0, on_device = c.trainer_bytes, nvme = 0;
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      pinned += c.plan.pinned[k];
+      on_device += c.plan.bytes[k] - c.plan.pinned[k];
+      nvme += c.plan.nvme[k];
+    }
+    cands.push_back(
+        {{"label", c.label},
+         {"sets", c.sets},
+         {"fits", c.fits()},
+         {"why", static_cast<int>(i) == ch.chosen ? "chosen" : ch.why_lost(i)},
+         {"need", {{"host", c.need.host}, {"device", c.need.device}, {"nvme", c.need.nvme}}},
+         {"per_rank", {{"device", on_device}, {"pinned", pinned}, {"nvme", nvme}}},
+         {"time",
+          {{"compute", c.time.compute},
+           {"comm", c.time.comm},
+           {"optimizer", c.time.optimizer},
+           {"offload_io", c.time.offload_io},
+           {"total", c.time.total()}}},
+         {"untimed", c.untimed}});
+  }
+  const json j = {
+      {"chosen", ch.chosen},
+      {"ranks", w.ranks},
+      {"budget",
+       {{"host", ch.budget.host}, {"device", ch.budget.device}, {"nvme", ch.budget.nvme}}},
+      {"rejected", ch.rejected},
+      {"candidates", cands}};
+  std::ofstream out(path, std::ios::trunc);
+  ZERO_CHECK(out.good(), kIO, "--report: cannot write '", path, "'");
+  out << j.dump(1) << "\n";
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"zero-plan: the fastest zero configuration that provably fits, and why"};
-  std::string profile_path, units_path, config_path, write_config, device = "cpu";
+  std::string profile_path, units_path, config_path, write_config, report, device = "cpu";
   std::string host_mem, device_mem, nvme_cap, nvme_path, stages = "0,1,2,3",
                                                          dtypes = "f32,bf16,int8";
   std::vector<std::string> sets;
@@ -124,6 +166,7 @@ int run(int argc, char** argv) {
   app.add_option("--top", top, "runner-ups shown (default 8)");
   app.add_flag("--all", all, "show every configuration considered");
   app.add_option("--write-config", write_config, "write the choice as DeepSpeed JSON");
+  app.add_option("--report", report, "write every configuration considered as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -201,6 +244,7 @@ int run(int argc, char** argv) {
                 c.untimed.empty() ? secs(c.time.total()).c_str() : "untimed",
                 ch.why_lost(i).c_str());
   }
+  if (!report.empty()) write_report(ch, w, report);
   if (!write_config.empty()) {
     ZERO_CHECK(ch.chosen >= 0, kOutOfMemory, "zero-plan: nothing fits: no --write-config");
     std::ofstream out(write_config, std::ios::trunc);
