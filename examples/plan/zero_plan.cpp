@@ -244,6 +244,19 @@ int run(int argc, char** argv) {
                 c.untimed.empty() ? secs(c.time.total()).c_str() : "untimed",
                 ch.why_lost(i).c_str());
   }
+  // What memory costs: the fastest configuration regardless of the budget, when it is not the
+  // choice.
+  const Candidate* fastest = nullptr;
+  for (const Candidate& c : ch.candidates) {
+    if (c.untimed.empty() && (fastest == nullptr || c.time.total() < fastest->time.total())) {
+      fastest = &c;
+    }
+  }
+  if (fastest != nullptr && !fastest->fits()) {
+    std::printf("fastest regardless of memory: %s: %s; %s\n", fastest->label.c_str(),
+                secs(fastest->time.total()).c_str(),
+                ch.why_lost(static_cast<std::size_t>(fastest - ch.candidates.data())).c_str());
+  }
   if (!report.empty()) write_report(ch, w, report);
   if (!write_config.empty()) {
     ZERO_CHECK(ch.chosen >= 0, kOutOfMemory, "zero-plan: nothing fits: no --write-config");
