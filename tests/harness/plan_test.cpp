@@ -117,4 +117,29 @@ TEST_F(Plan, TheChoiceFitsTheExcludedAreNamedAndTheWrittenConfigRunsWithinThePla
   }
 }
 
+TEST_F(Plan, AUnitsFileIsPlannedAndABadOneNamesTheKey) {
+  const std::string units = dir_ + "/units.json";
+  {
+    std::ofstream out(units);
+    out << R"({"units": [{"name": "embed", "params": [{"name": "w", "shape": [1000, 64]}]},
+                         {"name": "block0", "params": [{"name": "w", "shape": [64, 256]},
+                                                       {"name": "b", "shape": [256]}]}],
+               "activation_bytes": 1048576, "tokens_per_micro_step": 512})";
+  }
+  const std::string plan = std::string(ZERO_PLAN_BIN) + " --profile " + dir_ + "/machine.json" +
+                           " --ranks 2 --stages 0,2 --units ";
+  const CmdResult ok = run_command(plan + units);
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("chosen: stage "), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("predicted step: "), std::string::npos) << ok.out;
+  {
+    std::ofstream out(units, std::ios::trunc);
+    out << R"({"units": [{"name": "embed", "params": [{"name": "w", "shape": [1000, 0]}]}]})";
+  }
+  const CmdResult bad = run_command(plan + units);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("units[0].params[0].shape"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find(units), std::string::npos) << bad.out;
+}
+
 }  // namespace
