@@ -101,6 +101,12 @@ void write_report(const Choice& ch, const World& w, const std::string& path) {
       on_device += c.plan.bytes[k] - c.plan.pinned[k];
       nvme += c.plan.nvme[k];
     }
+    json cats = json::object();
+    for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+      if (c.plan.bytes[k] + c.plan.nvme[k] == 0) continue;
+      cats[std::string(to_string(static_cast<MemCategory>(k)))] = {
+          {"bytes", c.plan.bytes[k]}, {"pinned", c.plan.pinned[k]}, {"nvme", c.plan.nvme[k]}};
+    }
     cands.push_back(
         {{"label", c.label},
          {"sets", c.sets},
@@ -108,6 +114,15 @@ void write_report(const Choice& ch, const World& w, const std::string& path) {
          {"why", static_cast<int>(i) == ch.chosen ? "chosen" : ch.why_lost(i)},
          {"need", {{"host", c.need.host}, {"device", c.need.device}, {"nvme", c.need.nvme}}},
          {"per_rank", {{"device", on_device}, {"pinned", pinned}, {"nvme", nvme}}},
+         {"categories", cats},
+         {"model_state", c.plan.model_state()},
+         {"buffers",
+          {{"in_flight_grads", c.plan.in_flight_grad_bytes},
+           {"staging", c.plan.staging_bytes},
+           {"gathered_params", c.plan.gathered_param_bytes}}},
+         {"trainer_bytes", c.trainer_bytes},
+         {"psi", c.plan.psi},
+         {"largest_unit", c.plan.largest_unit},
          {"time",
           {{"compute", c.time.compute},
            {"comm", c.time.comm},
