@@ -19,79 +19,97 @@ std::string num(double x) {
   return b;
 }
 
-// One combination of the space: its --set assignments and label.
+// One combination of the space (or one value of an axis): its --set assignments and label.
 struct Combo {
   std::vector<std::string> sets;
   std::string label;
 };
+using Axis = std::vector<Combo>;
 
-void add(Combo& c, const std::string& key, const std::string& value) {
-  c.sets.push_back(key + "=" + value);
+// Every combination of one value per axis, in order (the first axis varies slowest).
+std::vector<Combo> product(const std::vector<Axis>& axes) {
+  std::vector<Combo> out = {Combo{}};
+  for (const Axis& axis : axes) {
+    std::vector<Combo> next;
+    for (const Combo& head : out) {
+      for (const Combo& v : axis) {
+        Combo c = head;
+        c.sets.insert(c.sets.end(), v.sets.begin(), v.sets.end());
+        c.label += v.label;
+        next.push_back(std::move(c));
+      }
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// The space's axes for one stage: NVMe only with a path; parameter offload, prefetch and
+// persistence only at stage 3 (DeepSpeed's "valid only with stage 3": not enumerated elsewhere).
+std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w) {
+  const bool nvme = !w.nvme_path.empty();
+  const std::string z = "zero_optimization.";
+  Axis opt;
+  for (const std::string& o : s.optimizer_offload) {
+    if (o == "cpu") {
+      for (double r : s.cpu_ratios) {
+        opt.push_back(
+            {{z + "offload_optimizer.device=cpu", z + "offload_optimizer.ratio=" + num(r)},
+             ", optimizer cpu" + (r < 1 ? " " + num(r) : std::string())});
+      }
+    } else if (o != "nvme" || nvme) {
+      Combo c{{z + "offload_optimizer.device=" + o}, ", optimizer " + o};
+      if (o == "nvme") c.sets.push_back(z + "offload_optimizer.nvme_path=" + w.nvme_path);
+      opt.push_back(c);
+    }
+  }
+  std::vector<Axis> axes = {{{{z + "stage=" + std::to_string(stage)}, "stage " + num(stage)}}, opt};
+  if (stage == 3) {
+    Axis par;
+    for (const std::string& p : s.param_offload) {
+      if (p == "nvme" && !nvme) continue;
+      Combo c{{z + "offload_param.device=" + p}, ", params " + p};
+      if (p == "nvme") c.sets.push_back(z + "offload_param.nvme_path=" + w.nvme_path);
+      par.push_back(c);
+    }
+    axes.push_back(par);
+  }
+  Axis moments, buckets, prefetch, persist, ckpt;
+  for (const std::string& m : s.moment_dtypes) {
+    moments.push_back({{"optimizer.params.moment_dtype=" + m}, ", " + m + " moments"});
+  }
+  for (std::int64_t b : s.buckets) {
+    const std::string v = std::to_string(b);
+    buckets.push_back({{z + "reduce_bucket_size=" + v, z + "allgather_bucket_size=" + v},
+                       b == 0 ? ", bucket/unit" : ", buckets " + v});
+  }
+  axes.push_back(moments);
+  axes.push_back(buckets);
+  if (stage == 3) {
+    for (std::int64_t v : s.prefetch) {
+      prefetch.push_back({{z + "stage3_prefetch_bucket_size=" + std::to_string(v)},
+                          ", prefetch " + std::to_string(v)});
+    }
+    for (std::int64_t v : s.persistence) {
+      persist.push_back({{z + "stage3_param_persistence_threshold=" + std::to_string(v)},
+                         ", persist " + std::to_string(v)});
+    }
+    axes.push_back(prefetch);
+    axes.push_back(persist);
+  }
+  ckpt.push_back({{"activation_checkpointing.number_checkpoints=0"}, ""});
+  if (s.checkpoint_segments > 0) {
+    const std::string k = std::to_string(s.checkpoint_segments);
+    ckpt.push_back({{"activation_checkpointing.number_checkpoints=" + k}, ", checkpointing " + k});
+  }
+  axes.push_back(ckpt);
+  return axes;
 }
 
 std::vector<Combo> enumerate(const ChooseSpace& s, const World& w) {
   std::vector<Combo> out;
-  std::vector<int> ckpts = {0};
-  if (s.checkpoint_segments > 0) ckpts.push_back(s.checkpoint_segments);
   for (int stage : s.stages) {
-    for (const std::string& opt : s.optimizer_offload) {
-      if (opt == "nvme" && w.nvme_path.empty()) continue;
-      const std::vector<double> ratios = opt == "cpu" ? s.cpu_ratios : std::vector<double>{1.0};
-      for (double ratio : ratios) {
-        const std::vector<std::string> params =
-            stage == 3 ? s.param_offload : std::vector<std::string>{"none"};
-        for (const std::string& par : params) {
-          if (par == "nvme" && w.nvme_path.empty()) continue;
-          const std::vector<std::int64_t> pre =
-              stage == 3 ? s.prefetch : std::vector<std::int64_t>{-1};
-          const std::vector<std::int64_t> per =
-              stage == 3 ? s.persistence : std::vector<std::int64_t>{-1};
-          for (const std::string& md : s.moment_dtypes) {
-            for (std::int64_t bucket : s.buckets) {
-              for (std::int64_t pf : pre) {
-                for (std::int64_t pt : per) {
-                  for (int ck : ckpts) {
-                    Combo c;
-                    add(c, "zero_optimization.stage", std::to_string(stage));
-                    add(c, "zero_optimization.offload_optimizer.device", opt);
-                    std::string label = "stage " + std::to_string(stage) + ", optimizer " + opt;
-                    if (opt == "cpu") {
-                      add(c, "zero_optimization.offload_optimizer.ratio", num(ratio));
-                      if (ratio < 1) label += " " + num(ratio);
-                    }
-                    if (opt == "nvme") {
-                      add(c, "zero_optimization.offload_optimizer.nvme_path", w.nvme_path);
-                    }
-                    if (stage == 3) {
-                      add(c, "zero_optimization.offload_param.device", par);
-                      if (par == "nvme") {
-                        add(c, "zero_optimization.offload_param.nvme_path", w.nvme_path);
-                      }
-                      label += ", params " + par;
-                    }
-                    add(c, "optimizer.params.moment_dtype", md);
-                    label += ", " + md + " moments";
-                    add(c, "zero_optimization.reduce_bucket_size", std::to_string(bucket));
-                    add(c, "zero_optimization.allgather_bucket_size", std::to_string(bucket));
-                    label += bucket == 0 ? ", bucket/unit" : ", buckets " + num(bucket);
-                    if (stage == 3) {
-                      add(c, "zero_optimization.stage3_prefetch_bucket_size", std::to_string(pf));
-                      add(c, "zero_optimization.stage3_param_persistence_threshold",
-                          std::to_string(pt));
-                      label += ", prefetch " + num(pf) + ", persist " + num(pt);
-                    }
-                    add(c, "activation_checkpointing.number_checkpoints", std::to_string(ck));
-                    label += ck > 0 ? ", checkpointing " + std::to_string(ck) : "";
-                    c.label = label;
-                    out.push_back(std::move(c));
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-    }
+    for (Combo& c : product(axes_of(stage, s, w))) out.push_back(std::move(c));
   }
   return out;
 }
