@@ -165,6 +165,56 @@ TEST(Choose, TheChoiceIsTheFastestThatFitsAndTheOthersSaySo) {
   EXPECT_GT(short_, 0u);
 }
 
+TEST(Choose, ASeparateDeviceIsBudgetedPerRankAndItsHostTierPerNode) {
+  ChooseSpace s;
+  s.stages = {0, 3};
+  s.optimizer_offload = {"none", "cpu"};
+  s.cpu_ratios = {1.0};
+  s.param_offload = {"none"};
+  s.moment_dtypes = {"f32"};
+  s.buckets = {0};
+  s.prefetch = {0};
+  s.persistence = {0};
+  World w;
+  w.ranks = 4;
+  w.ranks_per_node = 2;
+  w.device_is_host = false;
+  // Stage 3 without offload fits the device; stage 0 does not; offloaded, the node's pinned
+  // bytes (2 ranks) must fit the host.
+  ConfigBuilder b3;
+  b3.set("zero_optimization.stage=3");
+  b3.set("zero_optimization.stage3_prefetch_bucket_size=0");
+  b3.set("zero_optimization.stage3_param_persistence_threshold=0");
+  PlanInput pin = model().plan_input(b3.build());
+  pin.ranks = 4;
+  const PlanResult p3 = plan_engine_memory(pin);
+  w.device_bytes = p3.total() + kActivations;  // no margin below
+  const Choice ch = choose_config(model(), "{}", w, profile(false), s, 0.0);
+  ASSERT_EQ(ch.candidates.size(), 3u);  // stage 0 with offload: refused by the reader
+  ASSERT_GE(ch.chosen, 0);
+  for (const Candidate& c : ch.candidates) {
+    EXPECT_EQ(c.need.device % 2, 0u);  // the node's two ranks
+    EXPECT_EQ(c.fits(), c.need.device / 2 <= w.device_bytes) << c.label;
+    if (!c.fits()) {
+      EXPECT_NE(c.shortfall.find("device memory"), std::string::npos) << c.shortfall;
+      EXPECT_EQ(c.worst_short, c.need.device / 2 - w.device_bytes) << c.label;
+    }
+  }
+  const Candidate* off = find(ch,
+                              "stage 3, optimizer cpu, params none, f32 moments, "
+                              "bucket/unit, prefetch 0, persist 0");
+  ASSERT_NE(off, nullptr);
+  std::size_t pinned = 0;
+  for (std::size_t b : off->plan.pinned) pinned += b;
+  EXPECT_GT(pinned, 0u);
+  EXPECT_EQ(off->need.host, 2 * pinned);  // per node: its two ranks' pinned state
+  EXPECT_FALSE(find(ch, "stage 0, optimizer none, f32 moments, bucket/unit")->fits());
+  EXPECT_TRUE(find(ch,
+                   "stage 3, optimizer none, params none, f32 moments, bucket/unit, "
+                   "prefetch 0, persist 0")
+                  ->fits());
+}
+
 TEST(Choose, WithoutNvmeFiguresNvmeCandidatesAreUntimedNotChosen) {
   World w;
   w.ranks = 2;
