@@ -7,12 +7,13 @@
 // --calibrate: measures the machine profile the configuration chooser times steps with
 // (zero/profile.hpp: memory copy, the CPU optimizer per moment dtype, NVMe under --nvme-path,
 // the in-process communicator's collectives; with --gpt or a shape flag, the GPT trainer's FLOP/s
-// at that shape and --batch) and writes it as JSON to --out FILE (default: stdout).
+// at that shape and --batch with --ranks in-process ranks computing together, default 2) and
+// writes it as JSON to --out FILE (default: stdout).
 //
 //   zero-env [--config ds.json] [--zero-stage N] [--set key.path=value]... [--mib N]
 //            [--nvme-probe DIR]
 //   zero-env --calibrate [--out machine.json] [--nvme-path DIR] [--gpt] [--layers L] [--dim D]
-//            [--heads H] [--seq T] [--batch B]
+//            [--heads H] [--seq T] [--batch B] [--ranks N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,16 +66,17 @@ void probe_nvme(const std::string& dir, std::size_t mib, const zero::Config& cfg
 
 // --calibrate: the profile, a summary on stderr, the JSON to `out` (empty: stdout).
 int run_calibrate(const std::string& nvme_path, const std::string& out, bool gpt,
-                  const zero::gpt::GptConfig& model, int batch) {
+                  const zero::gpt::GptConfig& model, int batch, int ranks) {
   zero::CalibrateOptions co;
   co.nvme_path = nvme_path;
   const auto t0 = std::chrono::steady_clock::now();
   zero::MachineProfile p = zero::calibrate(co);
   if (gpt) {
-    p.trainer_flops_per_s = zero::gpt::measure_flops(model, batch);
+    p.trainer_flops_per_s = zero::gpt::measure_flops(model, batch, 3, ranks);
     p.trainer = "gpt --layers " + std::to_string(model.layers) + " --dim " +
                 std::to_string(model.dim) + " --heads " + std::to_string(model.heads) + " --seq " +
-                std::to_string(model.seq) + " --batch " + std::to_string(batch);
+                std::to_string(model.seq) + " --batch " + std::to_string(batch) + " --ranks " +
+                std::to_string(ranks);
   }
   std::fprintf(stderr,
                "calibrated in %.1f s: copy %.2f GB/s; optimizer %.0f / %.0f / %.0f M elements/s "
@@ -113,7 +115,7 @@ int run(int argc, char** argv) {
   zero::gpt::GptConfig model;  // zero-train's default shape
   model.layers = 4;
   model.dim = 128;
-  int batch = 8;
+  int batch = 8, ranks = 2;
   for (std::size_t i = 0; i < rest.size(); ++i) {
     auto value = [&]() -> std::string {
       ZERO_CHECK(i + 1 < rest.size(), kInvalidArgument, rest[i], " needs a value");
@@ -130,6 +132,8 @@ int run(int argc, char** argv) {
       gpt = true;
     } else if (a == "--batch") {
       batch = zero::gpt::flag_int(a, value());
+    } else if (a == "--ranks") {
+      ranks = zero::gpt::flag_int(a, value());
     } else if (zero::gpt::model_flag(a, value, model)) {
       gpt = true;
     } else if (rest[i] == "--mib" && i + 1 < rest.size()) {
@@ -140,10 +144,10 @@ int run(int argc, char** argv) {
       ZERO_THROW(kInvalidArgument, "unknown argument '", rest[i],
                  "' (zero-env takes --config, --zero-stage, --set, --mib, --nvme-probe DIR, "
                  "--calibrate, --out, --nvme-path, --gpt, --layers, --dim, --heads, --seq, "
-                 "--batch)");
+                 "--batch, --ranks)");
     }
   }
-  if (calibrate) return run_calibrate(nvme_path, out, gpt, model, batch);
+  if (calibrate) return run_calibrate(nvme_path, out, gpt, model, batch, ranks);
   const auto& f = zero::cpu_features();
   std::printf("cpu: avx2=%d f16c=%d avx512=%d avx512_bf16=%d -> SIMD path %s\n", f.avx2, f.f16c,
               f.avx512, f.avx512_bf16, std::string(zero::to_string(zero::best_isa())).c_str());

@@ -7,6 +7,7 @@
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
+#include "zero/error.hpp"
 
 namespace zero::gpt {
 
@@ -26,26 +27,33 @@ double step_flops_per_token(const GptConfig& g, const CheckpointSpec& spec) {
   return f;
 }
 
-double measure_flops(GptConfig g, int rows, int repeats) {
+double measure_flops(GptConfig g, int rows, int repeats, int ranks) {
   const CharCorpus corpus = CharCorpus::from_file(kDefaultCorpus);
   if (g.vocab == 0) g.vocab = corpus.vocab_size();
   g.validate();
-  ThreadGroup group(1);
-  auto comm = group.communicator(0);
-  Engine e(*comm, Config{});
-  GptModel m(g, e.tracker());
-  m.declare(e);
-  m.init(e, 1);
+  ZERO_CHECK(ranks >= 1 && rows >= 1, kInvalidArgument, "measure_flops: ranks ", ranks, ", rows ",
+             rows);
   double best = 1e300;
-  for (int k = 0; k <= std::max(repeats, 1); ++k) {
-    const TokenBatch b = corpus.batch(Split::kTrain, rows, g.seq, 0, 0, static_cast<unsigned>(k));
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)m.forward_backward(e, b);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (k > 0) best = std::min(best, s);  // k = 0 warms up (first touch of the workspace)
-    (void)e.step();
-  }
-  return static_cast<double>(rows) * g.seq * model_flops_per_token(g) / best;
+  // Stage 0: forward and backward communicate nothing (the all-reduce is in step(), untimed);
+  // the ranks start each timed micro-step together, as zero-train's do.
+  ThreadGroup::run(ranks, [&](Communicator& comm) {
+    Engine e(comm, Config{});
+    GptModel m(g, e.tracker());
+    m.declare(e);
+    m.init(e, 1);
+    for (int k = 0; k <= std::max(repeats, 1); ++k) {
+      const TokenBatch b =
+          corpus.batch(Split::kTrain, rows, g.seq, comm.rank(), 0, static_cast<unsigned>(k));
+      comm.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)m.forward_backward(e, b);
+      comm.barrier();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (k > 0 && comm.rank() == 0) best = std::min(best, s);  // k = 0 warms up
+      (void)e.step();
+    }
+  });
+  return static_cast<double>(ranks) * rows * g.seq * model_flops_per_token(g) / best;
 }
 
 }  // namespace zero::gpt

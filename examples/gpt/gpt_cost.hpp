@@ -22,9 +22,10 @@ double model_flops_per_token(const GptConfig& g);
 // attention; GptModel reruns every block of a segment, the first included).
 double step_flops_per_token(const GptConfig& g, const CheckpointSpec& spec);
 
-// The trainer's FLOP/s on this machine: forward and backward of `rows` x g.seq tokens on one rank
-// (no optimizer step, no communication), the best of `repeats` after a warm-up, counted in model
-// FLOPs. g.vocab 0: the default corpus's vocabulary.
-double measure_flops(GptConfig g, int rows, int repeats = 3);
+// The trainer's FLOP/s on this machine for the whole process: `ranks` in-process ranks (threads
+// sharing the cores, as zero-train's) each running forward and backward of `rows` x g.seq tokens
+// together (no optimizer step, no communication timed); the best of `repeats` after a warm-up,
+// counted in model FLOPs over every rank's tokens. g.vocab 0: the default corpus's vocabulary.
+double measure_flops(GptConfig g, int rows, int repeats = 3, int ranks = 1);
 
 }  // namespace zero::gpt
