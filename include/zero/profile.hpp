@@ -53,8 +53,10 @@ struct MachineProfile {
   // The communicator's collectives (at least one point per op the plans use).
   std::vector<CollectivePoint> collectives;
 
-  // The trainer's model FLOP/s for the whole process (all its threads; in-process ranks share
-  // it); 0: not measured. `trainer` says what measured it ("gpt --layers 4 --dim 128 ...").
+  // The trainer's model FLOP/s for the whole process: every in-process rank's FLOPs over the time
+  // they take computing together on its cores (the chooser divides a step's FLOPs of all local
+  // ranks by it); 0: not measured. `trainer` says what measured it ("gpt --layers 4 ... --ranks
+  // 2"); a GPU's figure is written by hand.
   double trainer_flops_per_s = 0;
   std::string trainer;
 
