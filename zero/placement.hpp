@@ -40,6 +40,10 @@
 #include "zero/optimizer.hpp"
 #include "zero/unit.hpp"
 
+namespace zero {
+struct PlanInput;  // zero/plan.hpp
+}  // namespace zero
+
 namespace zero::detail {
 
 // Where an arena lives: the engine's device (host memory on the CPU device), pinned host memory
@@ -316,6 +320,10 @@ struct Placement {
 
 // Also validates the units (zero::Error(kInvalidArgument) as make_layout).
 Placement make_placement(PlacementInput in);
+
+// The placement plan_engine_memory() sums (zero/plan.hpp): rank 0's, managed, on a device the
+// host can address. The configuration chooser (plan/) reads its buckets and shards from the same.
+Placement plan_placement(const PlanInput& in);
 
 // Whether every parameter of `spec` is frozen (ParamSpec::trainable = false). A unit mixing
 // frozen and trainable parameters is kInvalidArgument naming one of each: the unit is the
