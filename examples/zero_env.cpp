@@ -4,8 +4,16 @@
 // and, for an NVMe offload directory (the config's nvme_path, or --nvme-probe DIR), whether the
 // swap files get O_DIRECT and io_uring there and the swapper's write / read throughput.
 //
+// --calibrate: measures the machine profile the configuration chooser times steps with
+// (zero/profile.hpp: memory copy, the CPU optimizer per moment dtype, NVMe under --nvme-path,
+// the in-process communicator's collectives; with --gpt or a shape flag, the GPT trainer's FLOP/s
+// at that shape and --batch with --ranks in-process ranks computing together, default 2) and
+// writes it as JSON to --out FILE (default: stdout).
+//
 //   zero-env [--config ds.json] [--zero-stage N] [--set key.path=value]... [--mib N]
 //            [--nvme-probe DIR]
+//   zero-env --calibrate [--out machine.json] [--nvme-path DIR] [--gpt] [--layers L] [--dim D]
+//            [--heads H] [--seq T] [--batch B] [--ranks N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "gpt/gpt_cost.hpp"
+#include "gpt/gpt_flags.hpp"
 #include "offload/nvme_swapper.hpp"
 #include "zero/config.hpp"
 #include "zero/cpu_features.hpp"
@@ -20,6 +30,7 @@
 #include "zero/error.hpp"
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
+#include "zero/profile.hpp"
 
 namespace {
 
@@ -53,6 +64,43 @@ void probe_nvme(const std::string& dir, std::size_t mib, const zero::Config& cfg
       bytes / r / 1e9, bytes / 1048576.0);
 }
 
+// --calibrate: the profile, a summary on stderr, the JSON to `out` (empty: stdout).
+int run_calibrate(const std::string& nvme_path, const std::string& out, bool gpt,
+                  const zero::gpt::GptConfig& model, int batch, int ranks) {
+  zero::CalibrateOptions co;
+  co.nvme_path = nvme_path;
+  const auto t0 = std::chrono::steady_clock::now();
+  zero::MachineProfile p = zero::calibrate(co);
+  if (gpt) {
+    p.trainer_flops_per_s = zero::gpt::measure_flops(model, batch, 3, ranks);
+    p.trainer = "gpt --layers " + std::to_string(model.layers) + " --dim " +
+                std::to_string(model.dim) + " --heads " + std::to_string(model.heads) + " --seq " +
+                std::to_string(model.seq) + " --batch " + std::to_string(batch) + " --ranks " +
+                std::to_string(ranks);
+  }
+  std::fprintf(stderr,
+               "calibrated in %.1f s: copy %.2f GB/s; optimizer %.0f / %.0f / %.0f M elements/s "
+               "(f32 / bf16 / int8 moments)",
+               seconds_since(t0), p.copy_bytes_per_s / 1e9, p.optimizer_f32_per_s / 1e6,
+               p.optimizer_bf16_per_s / 1e6, p.optimizer_int8_per_s / 1e6);
+  if (p.nvme_read_bytes_per_s > 0) {
+    std::fprintf(stderr, "; nvme read %.2f GB/s, write %.2f GB/s", p.nvme_read_bytes_per_s / 1e9,
+                 p.nvme_write_bytes_per_s / 1e9);
+  }
+  if (p.trainer_flops_per_s > 0) {
+    std::fprintf(stderr, "; trainer %.2f GFLOP/s (%s)", p.trainer_flops_per_s / 1e9,
+                 p.trainer.c_str());
+  }
+  std::fprintf(stderr, "\n");
+  if (out.empty()) {
+    std::printf("%s", zero::to_json(p).c_str());
+  } else {
+    zero::write_profile(p, out);
+    std::fprintf(stderr, "wrote %s\n", out.c_str());
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string> rest;
   const zero::Config cfg = zero::config_from_command_line(argc, argv, &rest);
@@ -62,16 +110,44 @@ int run(int argc, char** argv) {
        {&cfg.zero_optimization.offload_optimizer, &cfg.zero_optimization.offload_param}) {
     if (o->device == zero::OffloadDevice::kNvme) nvme_dirs.push_back(o->nvme_path);
   }
+  bool calibrate = false, gpt = false;
+  std::string out, nvme_path;
+  zero::gpt::GptConfig model;  // zero-train's default shape
+  model.layers = 4;
+  model.dim = 128;
+  int batch = 8, ranks = 2;
   for (std::size_t i = 0; i < rest.size(); ++i) {
-    if (rest[i] == "--mib" && i + 1 < rest.size()) {
+    auto value = [&]() -> std::string {
+      ZERO_CHECK(i + 1 < rest.size(), kInvalidArgument, rest[i], " needs a value");
+      return rest[++i];
+    };
+    const std::string a = rest[i];
+    if (a == "--calibrate") {
+      calibrate = true;
+    } else if (a == "--out") {
+      out = value();
+    } else if (a == "--nvme-path") {
+      nvme_path = value();
+    } else if (a == "--gpt") {
+      gpt = true;
+    } else if (a == "--batch") {
+      batch = zero::gpt::flag_int(a, value());
+    } else if (a == "--ranks") {
+      ranks = zero::gpt::flag_int(a, value());
+    } else if (zero::gpt::model_flag(a, value, model)) {
+      gpt = true;
+    } else if (rest[i] == "--mib" && i + 1 < rest.size()) {
       mib = std::stoull(rest[++i]);
     } else if (rest[i] == "--nvme-probe" && i + 1 < rest.size()) {
       nvme_dirs.push_back(rest[++i]);
     } else {
       ZERO_THROW(kInvalidArgument, "unknown argument '", rest[i],
-                 "' (zero-env takes --config, --zero-stage, --set, --mib, --nvme-probe DIR)");
+                 "' (zero-env takes --config, --zero-stage, --set, --mib, --nvme-probe DIR, "
+                 "--calibrate, --out, --nvme-path, --gpt, --layers, --dim, --heads, --seq, "
+                 "--batch, --ranks)");
     }
   }
+  if (calibrate) return run_calibrate(nvme_path, out, gpt, model, batch, ranks);
   const auto& f = zero::cpu_features();
   std::printf("cpu: avx2=%d f16c=%d avx512=%d avx512_bf16=%d -> SIMD path %s\n", f.avx2, f.f16c,
               f.avx512, f.avx512_bf16, std::string(zero::to_string(zero::best_isa())).c_str());

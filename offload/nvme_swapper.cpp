@@ -231,20 +231,24 @@ ChunkSwapper::ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chun
       aio_(o_.aio) {
   ZERO_CHECK(!parts_.empty() && parts_.size() <= kMaxParts, kInvalidArgument, "ChunkSwapper: 1 to ",
              kMaxParts, " parts, got ", parts_.size());
-  const Footprint f = footprint(elems_, parts_);
+  ZERO_CHECK(o_.slots == 1 || o_.slots == 2, kInvalidArgument, "ChunkSwapper: 1 or 2 slots, got ",
+             o_.slots);
+  const Footprint f = footprint(elems_, parts_, o_.slots);
   charged_ = f.part_bytes;
   file_bytes_ = f.file_bytes;
+  copy_bytes_ = f.file_bytes / o_.slots;
   for (std::size_t c = 0, at = 0; c < elems_.size(); ++c) {
     slot_offset_.push_back(at);
     for (std::size_t k = 0; k < parts_.size(); ++k) at += part_bytes(c, k);
   }
+  current_.assign(elems_.size(), 0);
   for (std::size_t b = 0; b < o_.buffer_count; ++b) {
     staging_.push_back(Buffer::pinned(tracker, MemCategory::kOffloadStaging, f.staging_buffer_bytes,
                                       {.prefault = true}));
     auto p = reinterpret_cast<std::uintptr_t>(staging_.back().data());
     aligned_.push_back(reinterpret_cast<char*>(align_up(p)));
   }
-  written_.assign(elems_.size(), false);
+  written_.assign(elems_.size() * o_.slots, false);
   file_ = SwapFile(o_.dir, o_.stem, o_.origin);
   for (std::size_t k = 0; k < parts_.size(); ++k) {
     tracker_->charge(parts_[k].category, MemTier::kNvme, charged_[k]);
@@ -252,7 +256,7 @@ ChunkSwapper::ChunkSwapper(MemoryTracker& tracker, std::vector<std::size_t> chun
 }
 
 ChunkSwapper::Footprint ChunkSwapper::footprint(const std::vector<std::size_t>& chunk_elems,
-                                                const std::vector<Part>& parts) {
+                                                const std::vector<Part>& parts, std::size_t slots) {
   Footprint f;
   f.part_bytes.assign(parts.size(), 0);
   std::size_t max_slot = 0;
@@ -266,6 +270,8 @@ ChunkSwapper::Footprint ChunkSwapper::footprint(const std::vector<std::size_t>& 
     f.file_bytes += slot;
     max_slot = std::max(max_slot, slot);
   }
+  for (std::size_t& b : f.part_bytes) b *= slots;
+  f.file_bytes *= slots;
   f.staging_buffer_bytes = max_slot + kDirectAlignment;
   return f;
 }
@@ -285,22 +291,42 @@ std::size_t ChunkSwapper::part_bytes(std::size_t c, std::size_t k) const {
 }
 
 std::size_t ChunkSwapper::part_offset(std::size_t c, std::size_t k) const {
-  std::size_t off = slot_offset_.at(c);
+  std::size_t off = slot_at(c);
   for (std::size_t j = 0; j < k; ++j) off += part_bytes(c, j);
   return off;
 }
 
 std::size_t ChunkSwapper::slot_bytes(std::size_t c) const {
-  return (c + 1 < elems_.size() ? slot_offset_.at(c + 1) : file_bytes_) - slot_offset_.at(c);
+  return (c + 1 < elems_.size() ? slot_offset_.at(c + 1) : copy_bytes_) - slot_offset_.at(c);
+}
+
+std::size_t ChunkSwapper::read_bytes(std::size_t c) const {
+  if (o_.read_parts == 0 || o_.read_parts >= parts_.size()) return slot_bytes(c);
+  return part_offset(c, o_.read_parts) - slot_at(c);
+}
+
+std::size_t ChunkSwapper::slot_at(std::size_t c, bool alternate) const {
+  const std::size_t slot = current_.at(c) ^ static_cast<unsigned char>(alternate);
+  return slot_offset_.at(c) + slot * copy_bytes_;
+}
+
+void ChunkSwapper::flip(std::size_t c) {
+  ZERO_CHECK(o_.slots == 2, kInternal, "ChunkSwapper::flip without an alternate slot");
+  current_.at(c) ^= 1;
 }
 
 void ChunkSwapper::check_no_hole(std::size_t first, std::size_t last) const {
   if (first >= last || !file_.holes_are_lost_data()) return;
   for (std::size_t c = first; c < last; ++c) {
-    if (!written_[c]) return;
+    if (!written(c)) return;
   }
-  const std::size_t begin = slot_offset_[first];
-  const std::size_t end = slot_offset_[last - 1] + slot_bytes(last - 1);
+  // Two slots: the current ones need not be consecutive; each is checked on its own.
+  if (o_.slots > 1 && last - first > 1) {
+    for (std::size_t c = first; c < last; ++c) check_no_hole(c, c + 1);
+    return;
+  }
+  const std::size_t begin = slot_at(first);
+  const std::size_t end = slot_at(last - 1) + slot_bytes(last - 1);
   // SEEK_HOLE: the first hole at or after `begin` (the end of the file where there is none; a
   // file system without hole tracking reports the end of the file). A short file is left to the
   // read, which stops at its end and says so.
@@ -317,18 +343,18 @@ void ChunkSwapper::check_no_hole(std::size_t first, std::size_t last) const {
 
 void ChunkSwapper::read_slot(std::size_t c, void* buf) {
   check_no_hole(c, c + 1);
-  aio_.read(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c),
+  aio_.read(file_.fd(), file_.label(), buf, slot_bytes(c), slot_at(c),
             static_cast<std::int64_t>(c));
 }
 
 AioQueue::Ticket ChunkSwapper::submit_read_slot(std::size_t c, void* buf) {
   check_no_hole(c, c + 1);
-  return aio_.submit(IoKind::kRead, file_.fd(), file_.label(), buf, slot_bytes(c),
-                     slot_offset_.at(c), static_cast<std::int64_t>(c));
+  return aio_.submit(IoKind::kRead, file_.fd(), file_.label(), buf, slot_bytes(c), slot_at(c),
+                     static_cast<std::int64_t>(c));
 }
 
 void ChunkSwapper::write_slot(std::size_t c, const void* buf) {
-  aio_.write(file_.fd(), file_.label(), buf, slot_bytes(c), slot_offset_.at(c),
+  aio_.write(file_.fd(), file_.label(), buf, slot_bytes(c), slot_at(c),
              static_cast<std::int64_t>(c));
   mark_written(c);
 }
@@ -340,9 +366,11 @@ std::size_t ChunkSwapper::staging_bytes() const noexcept {
 }
 
 void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool write,
-                       const std::function<void(const Staged&)>& fn) {
+                       const std::function<void(const Staged&)>& fn, bool to_alternate) {
   ZERO_CHECK(first <= last && last <= elems_.size(), kInvalidArgument,
              "ChunkSwapper::run: chunks [", first, ", ", last, ") of ", elems_.size());
+  ZERO_CHECK(!to_alternate || o_.slots == 2, kInternal,
+             "ChunkSwapper::run: to_alternate without an alternate slot");
   const std::size_t nb = staging_.size();
   ZERO_CHECK(nb >= 1, kInvalidArgument, "ChunkSwapper::run: no staging buffers (buffer_count 0)");
   // Sets in use at once: the one fn works on, the reads ahead, and (pipelined writes) the one
@@ -367,8 +395,8 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
           const std::size_t s = next_read % nb;
           settle_write(s);  // the set's previous chunk must have landed before it is reused
           reading[s] =
-              aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s], slot_bytes(next_read),
-                          slot_offset_[next_read], static_cast<std::int64_t>(next_read));
+              aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[s], read_bytes(next_read),
+                          slot_at(next_read), static_cast<std::int64_t>(next_read));
         }
         aio_.wait(std::exchange(reading[set], kNone));
       } else {
@@ -385,14 +413,46 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
       fn(st);
       if (write) {
         writing[set] = aio_.submit(IoKind::kWrite, file_.fd(), path, aligned_[set], slot_bytes(c),
-                                   slot_offset_[c], static_cast<std::int64_t>(c));
-        mark_written(c);
+                                   slot_at(c, to_alternate), static_cast<std::int64_t>(c));
+        mark_written(c, to_alternate);
         if (!o_.pipeline_write) settle_write(set);
       }
     }
     for (std::size_t s = 0; s < nb; ++s) settle_write(s);
   } catch (...) {
     // No request may outlive the call: the staging buffers are reused by the next one.
+    try {
+      aio_.wait_all();
+    } catch (const std::exception& e) {
+      ZERO_LOG(kWarn, "swap file '", path, "': a second error while unwinding: ", e.what());
+    }
+    throw;
+  }
+}
+
+void ChunkSwapper::read_part(const std::vector<std::size_t>& chunks, std::size_t k,
+                             const std::function<void(std::size_t, const char*)>& fn) {
+  const std::size_t nb = staging_.size();
+  ZERO_CHECK(nb >= 1, kInvalidArgument, "ChunkSwapper::read_part: no staging buffers");
+  ZERO_CHECK(k < parts_.size(), kInvalidArgument, "ChunkSwapper::read_part: part ", k, " of ",
+             parts_.size());
+  constexpr AioQueue::Ticket kNone = 0;
+  std::vector<AioQueue::Ticket> reading(nb, kNone);
+  const std::string& path = file_.label();
+  std::size_t next = 0;
+  try {
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      for (; next < chunks.size() && next < i + nb; ++next) {
+        const std::size_t c = chunks[next];
+        check_no_hole(c, c + 1);
+        reading[next % nb] =
+            aio_.submit(IoKind::kRead, file_.fd(), path, aligned_[next % nb], part_bytes(c, k),
+                        part_offset(c, k), static_cast<std::int64_t>(c));
+      }
+      aio_.wait(std::exchange(reading[i % nb], kNone));
+      fn(chunks[i], aligned_[i % nb]);
+    }
+  } catch (...) {
     try {
       aio_.wait_all();
     } catch (const std::exception& e) {

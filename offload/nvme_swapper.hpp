@@ -4,8 +4,11 @@
 //
 // File layout: one file per swapper; chunk c owns one slot, its parts (e.g. fp32 master, Adam m,
 // Adam v) one after another, each padded to kDirectAlignment so every request is O_DIRECT-able.
-// The file's size after the first full write is exactly file_bytes(); those bytes are charged to
-// the tracker's NVMe tier by part category for the swapper's lifetime.
+// With Options::slots = 2 the file holds two copies of the slot sequence and chunk c has a
+// current slot (read and written by run()) and an alternate one (run()'s to_alternate writes
+// there; flip() makes it current): a speculative update lands beside the state it may have to
+// be redone from. The file's size after the first full write is exactly file_bytes(); those
+// bytes are charged to the tracker's NVMe tier by part category for the swapper's lifetime.
 //
 // Files are created with exclusive names (O_CREAT | O_EXCL), unlinked right after the open and
 // used through their descriptor only (O_DIRECT where the file system allows it): the kernel
@@ -106,6 +109,10 @@ class ChunkSwapper {
     std::string stem;    // file name stem, e.g. "optim-r0"
     std::string origin;  // what chose dir, for errors: "config key '…nvme_path'", a flag
     std::size_t buffer_count = 4;
+    std::size_t slots = 1;  // 2: a current and an alternate slot per chunk (see above)
+    // The leading parts run() reads of a slot (0: all); the others are left to fn, which fills
+    // them before the slot is written (a part only ever written, like a copy read elsewhere).
+    std::size_t read_parts = 0;
     bool pipeline_read = true;
     bool pipeline_write = true;
     // aio.observer: each slot read / write is a kNvme region whose unit is the chunk (slot)
@@ -128,7 +135,7 @@ class ChunkSwapper {
     std::size_t staging_buffer_bytes = 0;
   };
   static Footprint footprint(const std::vector<std::size_t>& chunk_elems,
-                             const std::vector<Part>& parts);
+                             const std::vector<Part>& parts, std::size_t slots = 1);
 
   // REQUIRES: 1 <= parts.size() <= kMaxParts. Allocates buffer_count staging buffers (pinned
   // tier, kOffloadStaging) of the largest slot (none for 0: then only read_slot / write_slot
@@ -142,7 +149,7 @@ class ChunkSwapper {
   std::size_t num_chunks() const noexcept { return elems_.size(); }
   std::size_t chunk_elems(std::size_t c) const { return elems_.at(c); }
   std::size_t file_bytes() const noexcept { return file_bytes_; }
-  // Byte offset of part k of chunk c in the file.
+  // Byte offset of part k of chunk c's current slot in the file.
   std::size_t part_offset(std::size_t c, std::size_t k) const;
   std::size_t part_bytes(std::size_t c, std::size_t k) const;  // padded
   const SwapFile& file() const noexcept { return file_; }
@@ -160,12 +167,19 @@ class ChunkSwapper {
 
   // Runs fn over chunks [first, last) in order through the pipeline (REQUIRES buffer_count >= 1).
   // read: each slot is read into its staging buffer before fn sees it (else the buffer's content is
-  // unspecified and fn fills every part); write: the slot is written back after fn. With
+  // unspecified and fn fills every part); write: the slot is written back after fn (to_alternate:
+  // to the chunk's alternate slot, REQUIRES slots == 2; the current one is left as it was). With
   // pipeline_read the reads of the next chunks are in flight while fn runs; with pipeline_write the
   // write of a chunk goes on while the next chunks are used. Returns when every write has landed.
   // Throws the first I/O error (after waiting for all requests in flight) or fn's exception.
   void run(std::size_t first, std::size_t last, bool read, bool write,
-           const std::function<void(const Staged&)>& fn);
+           const std::function<void(const Staged&)>& fn, bool to_alternate = false);
+  // slots == 2: chunk c's alternate slot becomes its current one (a committed speculative write).
+  void flip(std::size_t c);
+  // Reads part k of each of `chunks` (current slots) through the staging buffers, reads ahead in
+  // flight, and calls fn(c, data) in order; data is valid during the call only.
+  void read_part(const std::vector<std::size_t>& chunks, std::size_t k,
+                 const std::function<void(std::size_t c, const char* data)>& fn);
 
  private:
   // A read of chunks [first, last) whose slots have all been written finds no hole in them: a
@@ -173,18 +187,26 @@ class ChunkSwapper {
   // zeros where the data was, with no short read to tell. kCorruption naming the read and the
   // hole's offset. REQUIRES: no write in flight over the range.
   void check_no_hole(std::size_t first, std::size_t last) const;
-  void mark_written(std::size_t c) { written_[c] = true; }
+  std::size_t read_bytes(std::size_t c) const;  // what run() reads of chunk c's slot
+  // The file offset of chunk c's current slot (alternate: its other one).
+  std::size_t slot_at(std::size_t c, bool alternate = false) const;
+  bool written(std::size_t c) const { return written_[c * o_.slots + current_[c]]; }
+  void mark_written(std::size_t c, bool alternate = false) {
+    written_[c * o_.slots + (current_[c] ^ static_cast<unsigned char>(alternate))] = true;
+  }
 
   std::vector<std::size_t> elems_;
   std::vector<Part> parts_;
-  std::vector<std::size_t> slot_offset_;
+  std::vector<std::size_t> slot_offset_;  // in the first copy of the slot sequence
+  std::size_t copy_bytes_ = 0;            // one copy of the slot sequence
   std::size_t file_bytes_ = 0;
+  std::vector<unsigned char> current_;  // per chunk: its current slot (0 or 1)
   Options o_;
   MemoryTracker* tracker_;
   std::vector<std::size_t> charged_;  // per part
   std::vector<Buffer> staging_;
   std::vector<char*> aligned_;
-  std::vector<bool> written_;  // per chunk: its slot has been written (so holds no hole)
+  std::vector<bool> written_;  // per chunk and slot: written (so holds no hole)
   SwapFile file_;
   AioQueue aio_;
 };

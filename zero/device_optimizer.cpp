@@ -56,7 +56,7 @@ void DeviceOptimizer::step(const std::vector<OptimizerParams>& groups, std::int6
     // runs (a block may span two groups' runs).
     std::vector<StepRun> runs;
     for (UnitId u = 0; u < static_cast<UnitId>(placement_.num_units()); ++u) {
-      if (!mine(u)) continue;  // frozen (no runs, no state), or offloaded
+      if (!mine(u)) continue;  // frozen, or offloaded (a partial offload's other units)
       runs.clear();
       for (const GroupRun& r : placement_.unit(u).runs) runs.push_back({r.at, r.count, r.group});
       dev_.optimizer_step_runs(groups.data(), groups.size(), shard_ref(u), runs.data(), runs.size(),

@@ -277,6 +277,7 @@ void Engine::grads_ready(UnitId u) {
              "') called twice in one micro-step");
   m.open_window();
   detail::PhaseTimer phase(m.window.grads_ready_s, m.tracer, TraceLane::kEngine, "grads_ready", u);
+  m.reducer->set_final_micro_step(m.final_micro_step());
   m.reducer->grads_ready(u);
 }
 
@@ -291,6 +292,26 @@ StepResult Engine::step() {
   }
   res.metrics = m.close_window(res.boundary);
   return res;
+}
+
+detail::StepOptions Engine::Impl::step_options(double coef) const {
+  detail::StepOptions o;
+  o.step = steps + 1;
+  o.grad_scale = scaler.grad_scale(coef, static_cast<double>(cfg.gradient_accumulation_steps));
+  o.groups = group_params;
+  // OneCycle with cycle_momentum sets the betas of the same scheduler step as the lr, on every
+  // group: beta1 its momentum, beta2 0.99 (DeepSpeed's lr_schedules.py OneCycle: (momentum,
+  // 0.99)). The config reader disables it for optimizers without betas, as DeepSpeed does.
+  const std::optional<double> mom = schedule.momentum(steps - 1);
+  for (OptimizerParams& g : o.groups) {
+    g.lr = schedule.lr(steps - 1, g.lr);
+    if (mom && (g.type == OptimizerType::kAdam || g.type == OptimizerType::kAdamW ||
+                g.type == OptimizerType::kLion)) {
+      g.beta1 = *mom;
+      g.beta2 = 0.99;
+    }
+  }
+  return o;
 }
 
 StepResult Engine::step_impl() {
@@ -308,6 +329,7 @@ StepResult Engine::step_impl() {
   } else {
     m.reducer->take_trainer_grads();
   }
+  m.reducer->set_final_micro_step(m.final_micro_step());  // reductions still in flight land here
   m.reducer->end_micro_step();
   m.gatherer->end_micro_step();
   res.loss_scale = m.scaler.scale();
@@ -332,7 +354,9 @@ StepResult Engine::step_impl() {
   // lr after the scheduler's (k-2)-th step, lr(-1) being what its constructor set.
   res.lr = m.schedule.lr(m.steps - 1);
   if (totals.non_finite) {
-    // Every rank saw every rank's flag: all skip together. No state is touched.
+    // Every rank saw every rank's flag: all skip together. No state is touched (the step
+    // during backward is dropped).
+    m.window.speculated_units += m.optimizer->settle(/*commit=*/false).units;
     m.scaler.update(/*overflow=*/true);
     ++m.skipped;
     res.applied = false;
@@ -350,23 +374,15 @@ StepResult Engine::step_impl() {
     coef = std::min(1.0, m.cfg.gradient_clipping / (res.grad_norm + 1e-6));
   }
   res.clip_coef = coef;
-  const float grad_scale = m.scaler.grad_scale(coef, divisor);
-  std::vector<OptimizerParams> groups = m.group_params;
-  // OneCycle with cycle_momentum sets the betas of the same scheduler step as the lr, on every
-  // group: beta1 its momentum, beta2 0.99 (DeepSpeed's lr_schedules.py OneCycle: (momentum,
-  // 0.99)). The config reader disables it for optimizers without betas, as DeepSpeed does.
-  const std::optional<double> mom = m.schedule.momentum(m.steps - 1);
-  for (OptimizerParams& g : groups) {
-    g.lr = m.schedule.lr(m.steps - 1, g.lr);
-    if (mom && (g.type == OptimizerType::kAdam || g.type == OptimizerType::kAdamW ||
-                g.type == OptimizerType::kLion)) {
-      g.beta1 = *mom;
-      g.beta2 = 0.99;
-    }
-  }
+  const detail::StepOptions so = m.step_options(coef);
   {
     detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
-    m.optimizer->step(groups, m.steps + 1, grad_scale);
+    // The step during backward ran with coefficient 1: its results are this step's exactly
+    // when clipping does not engage; otherwise its units are stepped again from their state.
+    const detail::Settled spec = m.optimizer->settle(/*commit=*/coef == 1.0);
+    m.window.speculated_units += spec.units;
+    if (coef != 1.0) m.window.redone_units += spec.units;
+    m.optimizer->step(so.groups, so.step, so.grad_scale);
   }
   {
     detail::PhaseTimer phase(m.window.param_gather_s, m.tracer, TraceLane::kEngine,

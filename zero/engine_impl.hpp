@@ -164,6 +164,16 @@ struct Engine::Impl final : detail::ShardAccess {
   int first_rule_group = 1;
 
   detail::Observer observer() { return {tracer, &io}; }
+  // The options of the next optimizer step (its number, every group's lr and betas from the
+  // schedule) with clip coefficient `coef`: what step() runs with, and with coef 1 what the
+  // step during backward (offload_optimizer.overlap_step) speculates with.
+  detail::StepOptions step_options(double coef) const;
+  // overlap_step: whether the micro-step under way ends the accumulation window (its reduced
+  // shards are final for the step).
+  bool final_micro_step() const {
+    return cfg.zero_optimization.offload_optimizer.overlap_step &&
+           reducer->micro_steps() + 1 >= cfg.gradient_accumulation_steps;
+  }
   // The measured window (StepMetrics): opened by the first hook after a boundary, closed by
   // the boundary's step().
   void open_window();
@@ -212,6 +222,10 @@ struct Engine::Impl final : detail::ShardAccess {
           /*all_reduce=*/!cfg.zero_optimization.reduce_scatter);
       optimizer = detail::make_shard_optimizer(p, *dev, host_optimizer, oparams, *tracker, *this,
                                                observer());
+      if (p.in.overlap_step) {
+        reducer->on_final_host_grads(
+            [this](UnitId u) { optimizer->speculate(u, step_options(1.0)); });
+      }
     } catch (...) {
       // A room that could not be made (an allocation past the budget, a swap file that cannot
       // be written): the engine is as before lay-out, so a later call fails the same way again

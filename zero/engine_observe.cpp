@@ -76,7 +76,8 @@ std::string to_json(const StepMetrics& m) {
                 "\"comm_wait_s\":%.9g,\"comm_sent_bytes\":%llu,\"comm_received_bytes\":%llu,"
                 "\"comm_cross_group_sent_bytes\":%llu,\"host_to_device_bytes\":%llu,\"device_to_"
                 "host_bytes\":%llu,"
-                "\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu}",
+                "\"nvme_read_bytes\":%llu,\"nvme_write_bytes\":%llu,\"speculated_units\":%d,"
+                "\"redone_units\":%d}",
                 m.micro_steps, m.window_s, m.trainer_s(), m.gather_s, m.grads_ready_s, m.step_s,
                 m.reduce_s, m.optimizer_s, m.param_gather_s, m.comm_busy_s, m.comm_wait_s,
                 static_cast<unsigned long long>(m.comm_bytes_sent),
@@ -85,7 +86,8 @@ std::string to_json(const StepMetrics& m) {
                 static_cast<unsigned long long>(m.host_to_device_bytes),
                 static_cast<unsigned long long>(m.device_to_host_bytes),
                 static_cast<unsigned long long>(m.nvme_read_bytes),
-                static_cast<unsigned long long>(m.nvme_write_bytes));
+                static_cast<unsigned long long>(m.nvme_write_bytes), m.speculated_units,
+                m.redone_units);
   return buf;
 }
 

@@ -264,6 +264,10 @@ void GradReducer::accumulate_reduced(Pending& p) {
       dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
       detail::accumulate(dst, r_, grad_landing_.data(), r_, r.count, first);
     }
+    if (final_micro_ && landed_) {
+      const Bucket& b = placement_.reduce_buckets[static_cast<std::size_t>(p.bucket)];
+      for (UnitId m = b.first; m <= b.last; ++m) landed_(m);
+    }
   }
   if (p.source == Source::kBucketPool) --merged_in_flight_;
   give(p.source, std::move(p.buffer));

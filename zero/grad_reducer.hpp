@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "zero/buffer_pool.hpp"
@@ -75,6 +76,12 @@ class GradReducer {
   // Waits for every reduction, clears the ready flags and counts the micro-step.
   void end_micro_step();
   std::int64_t micro_steps() const noexcept { return micro_; }  // in the current window
+
+  // offload_optimizer.overlap_step: while `final` (set for the micro-step that ends the
+  // accumulation window), each unit of a bucket whose reduced shard has just been accumulated
+  // into the host partition is passed to `landed` (its gradients are final for the step).
+  void on_final_host_grads(std::function<void(UnitId)> landed) { landed_ = std::move(landed); }
+  void set_final_micro_step(bool final) { final_micro_ = final; }
 
   // ---- the boundary
   // Stages 0-1: the reduction (all-reduce / reduce-scatter in buckets) of the accumulation.
@@ -164,6 +171,8 @@ class GradReducer {
   std::deque<Pending> replicating_;  // hybrid: all-reduces across the replicas in flight
   std::size_t merged_in_flight_ = 0;
   std::int64_t micro_ = 0;
+  std::function<void(UnitId)> landed_;
+  bool final_micro_ = false;
 };
 
 }  // namespace zero::detail

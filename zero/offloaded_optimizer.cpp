@@ -34,6 +34,13 @@ OffloadedOptimizer::OffloadedOptimizer(const Placement& placement, DeviceOps& de
     staging_grad_.push_back(allocate(placement.staging_grad, dev, tracker));
     staging_param_.push_back(allocate(placement.staging_param, dev, tracker));
   }
+  for (std::size_t b = 0; b < placement.spec_chunks; ++b) {
+    window_.push_back(allocate(placement.spec_window, dev, tracker));
+  }
+  if (placement.in.overlap_step) {
+    spec_slot_.assign(placement.chunks.size(), 0);
+    committed_.assign(placement.chunks.size(), false);
+  }
   if (placement.nvme_optimizer) {
     ChunkSwapper::Options so = placement.in.optim_swap;
     so.aio.observer = observer;
@@ -109,19 +116,7 @@ void OffloadedOptimizer::chunk_step(const std::vector<OptimizerParams>& groups, 
     part.param_copy = staging_param_[b].data();
     part.param_copy_dtype = w_;
   }
-  {
-    const std::size_t bytes = ch.count * 4 + static_cast<std::size_t>(params_.num_states()) *
-                                                 state_bytes(params_.state_dtype(), ch.count);
-    TraceScope region(observer_.tracer, TraceLane::kOptimizer, "optimizer chunk",
-                      static_cast<std::int64_t>(c), static_cast<std::int64_t>(bytes));
-    // The chunk in one call with each parameter group's runs of it (an int8 quantization block
-    // may span two groups' runs).
-    runs_.clear();
-    placement_.for_each_run(ch.unit, ch.at, ch.count, [&](std::size_t at, std::size_t n, int g) {
-      runs_.push_back({at - ch.at, n, g});
-    });
-    host_.step(groups.data(), groups.size(), part, runs_.data(), runs_.size(), step, grad_scale);
-  }
+  host_step(groups, c, part, runs_, step, grad_scale, "optimizer chunk");
   // fp32: the parameters are the master's copy.
   const void* updated = w_ != DType::kF32 ? part.param_copy : part.master;
   const bool in_window = access_.params_on_nvme(ch.unit);
@@ -146,6 +141,23 @@ void OffloadedOptimizer::chunk_step(const std::vector<OptimizerParams>& groups, 
   if (in_window && ch.at + ch.count == placement_.unit(ch.unit).step_count) {
     access_.store_params(ch.unit);
   }
+}
+
+void OffloadedOptimizer::host_step(const std::vector<OptimizerParams>& groups, std::size_t c,
+                                   ShardRef& part, std::vector<StepRun>& runs, std::int64_t step,
+                                   float grad_scale, const char* what) {
+  const Chunk& ch = placement_.chunks[c];
+  const std::size_t bytes = ch.count * 4 + static_cast<std::size_t>(params_.num_states()) *
+                                               state_bytes(params_.state_dtype(), ch.count);
+  TraceScope region(observer_.tracer, TraceLane::kOptimizer, what, static_cast<std::int64_t>(c),
+                    static_cast<std::int64_t>(bytes));
+  // The chunk in one call with each parameter group's runs of it (an int8 quantization block
+  // may span two groups' runs).
+  runs.clear();
+  placement_.for_each_run(ch.unit, ch.at, ch.count, [&](std::size_t at, std::size_t n, int g) {
+    runs.push_back({at - ch.at, n, g});
+  });
+  host_.step(groups.data(), groups.size(), part, runs.data(), runs.size(), step, grad_scale);
 }
 
 // Chunk c's gradients (stage 1: on the device) into its staging buffer, on the copy lane.
@@ -233,7 +245,13 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
   // The pinned tier's chunks in place, then the swap file's through its staging slots (one
   // chunk sequence: the staging buffers and the gradient copies run on across both).
   if (placement_.nvme_optimizer) write_nvme_state();
+  // overlap_step: the chunks a settle() committed are stepped already (taken here, so that a
+  // step that throws leaves none marked for the next).
+  const std::vector<bool> committed =
+      std::exchange(committed_, std::vector<bool>(committed_.size(), false));
+  auto done = [&](std::size_t c) { return !committed.empty() && committed[c]; };
   for (std::size_t c = 0; c < placement_.nvme_chunk; ++c) {
+    if (done(c)) continue;
     const Chunk& ch = placement_.chunks[c];
     char* st[2] = {};
     for (int k = 0; k < params_.num_states(); ++k) {
@@ -242,11 +260,21 @@ void OffloadedOptimizer::step(const std::vector<OptimizerParams>& p, std::int64_
     chunk_step(p, c, master(ch.unit) + ch.at, st, step, grad_scale);
   }
   if (placement_.nvme_optimizer) {
-    swapper_->run(0, placement_.optim_chunk_elems.size(), /*read=*/true, /*write=*/true,
-                  [&](const ChunkSwapper::Staged& s) {
-                    chunk_step(p, placement_.nvme_chunk + s.chunk,
-                               reinterpret_cast<float*>(s.part[0]), s.part + 1, step, grad_scale);
-                  });
+    // Each run of chunks not committed through the swapper's pipeline.
+    const std::size_t first = placement_.nvme_chunk, slots = placement_.optim_chunk_elems.size();
+    for (std::size_t lo = 0; lo < slots;) {
+      if (done(first + lo)) {
+        ++lo;
+        continue;
+      }
+      std::size_t hi = lo + 1;
+      while (hi < slots && !done(first + hi)) ++hi;
+      swapper_->run(lo, hi, /*read=*/true, /*write=*/true, [&](const ChunkSwapper::Staged& s) {
+        chunk_step(p, first + s.chunk, reinterpret_cast<float*>(s.part[0]), s.part + 1, step,
+                   grad_scale);
+      });
+      lo = hi;
+    }
   }
   dev_.wait(dev_.record(DeviceOps::Lane::kCopy));
   all_copies_out_waited();

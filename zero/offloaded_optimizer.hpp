@@ -29,13 +29,33 @@
 // the device (NVMe: the first write of the file; refresh_master), "params to host". The NVMe
 // reads and writes are the swapper's queue's (aio.hpp).
 //
-// Thread safety: belongs to one rank's engine; used from the rank's thread.
+// The step during backward (offload_optimizer.overlap_step, zero/offloaded_optimizer_spec.cpp):
+// speculate(u) queues unit u's chunks to a worker thread, which takes the units queued so far as
+// one batch and steps their chunks apart from the state: a pinned chunk copied into the next free
+// buffer of the placement's window and stepped there (chunks past the window wait for the
+// boundary), an NVMe chunk read from its current slot and written to its alternate one, units
+// with consecutive chunks in one pass of the swapper's pipeline (the first step, before the file
+// exists, speculates none).
+// settle(commit) joins the worker: a commit copies the window's chunks into the state, flips the
+// NVMe chunks' slots and writes every committed chunk's updated parameters (NVMe: read back from
+// the slot); step() then passes the committed chunks by. Without a commit nothing was touched.
+// Each speculative chunk is a kOptimizer region "optimizer chunk (speculative)" recorded from
+// the worker, beside the trainer's backward; the commit is one kOptimizer region "commit".
+//
+// Thread safety: belongs to one rank's engine; used from the rank's thread. Between speculate()
+// and settle() the worker owns the window, the swapper and the speculative chunks' bookkeeping;
+// the rank's thread touches none of them (nor step()s) until settle() returns.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "offload/nvme_swapper.hpp"
@@ -50,6 +70,7 @@ class OffloadedOptimizer final : public ShardOptimizer {
   OffloadedOptimizer(const Placement& placement, DeviceOps& dev, const CpuOptimizer& host,
                      const OptimizerParams& params, MemoryTracker& tracker, ShardAccess& access,
                      Observer observer);
+  ~OffloadedOptimizer() override;  // joins the worker (a speculation in flight is dropped)
   OffloadedOptimizer(const OffloadedOptimizer&) = delete;
   OffloadedOptimizer& operator=(const OffloadedOptimizer&) = delete;
 
@@ -71,7 +92,26 @@ class OffloadedOptimizer final : public ShardOptimizer {
   // stepped range; a checkpoint's load), in whichever tier holds them.
   void load_unit(UnitId u, const float* master, const void* const* states) override;
 
+  void speculate(UnitId u, const StepOptions& options) override;
+  Settled settle(bool commit) override;
+
  private:
+  // ---- the step during backward (zero/offloaded_optimizer_spec.cpp)
+  struct SpecJob {
+    UnitId unit = 0;
+    const char* grads = nullptr;  // the unit's reduced gradients (host memory)
+  };
+  void worker_loop();
+  int spec_units(const std::vector<SpecJob>& batch);  // on the worker
+  // The fused host step of chunk c on `part` (its grads, master, states and copy set), runs
+  // gathered into `runs`; a kOptimizer region named `what`.
+  void host_step(const std::vector<OptimizerParams>& groups, std::size_t c, ShardRef& part,
+                 std::vector<StepRun>& runs, std::int64_t step, float grad_scale, const char* what);
+  // Chunk c's updated parameters at `updated` (host memory) to the working parameters.
+  void params_out(std::size_t c, const void* updated);
+  void commit_speculated();
+  char* window_part(std::size_t slot, int k) const;
+
   void chunk_step(const std::vector<OptimizerParams>& groups, std::size_t c, float* master_part,
                   char* const* state_part, std::int64_t step, float grad_scale);
   void issue_grad_copy(std::size_t c);
@@ -122,6 +162,22 @@ class OffloadedOptimizer final : public ShardOptimizer {
   void record_copy_out(const CopyInFlight& copy, TraceClock::time_point end);
   std::vector<CopyInFlight> grad_copy_;   // per staging buffer: its chunk's gradient copy in
   std::vector<CopyInFlight> copies_out_;  // parameter copies out not yet waited for
+
+  // ---- the step during backward
+  std::vector<Buffer> window_;          // placement.spec_chunks held chunks (pinned)
+  std::vector<std::size_t> spec_slot_;  // per chunk: its window buffer + 1, NVMe 1 (0: none)
+  std::vector<bool> committed_;         // per chunk: committed, step() passes it by
+  std::size_t window_used_ = 0;
+  int spec_units_ = 0;      // units with a chunk held since the last settle()
+  bool spec_open_ = false;  // speculate() was called since the last settle()
+  StepOptions spec_options_;
+  std::vector<StepRun> spec_runs_;  // the worker's
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<SpecJob> jobs_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr spec_error_;
+  std::thread worker_;  // started by the first speculate()
 };
 
 }  // namespace zero::detail

@@ -155,6 +155,26 @@ PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units
   in.quant_block = static_cast<std::size_t>(z.quantization_block_size);
   in.replicas = replicas;
   in.offload_ratio = z.offload_optimizer.ratio;
+  in.overlap_step = z.offload_optimizer.overlap_step;
+  if (in.overlap_step) {
+    // The speculative step starts when a unit's reduced gradient shard lands in host memory:
+    // ZeRO-Offload's gradient partition, stages 2-3 with the optimizer offloaded.
+    ZERO_CHECK(in.policy.shard_gradients && in.optimizer_offload != OffloadDevice::kNone, kConfig,
+               "config key 'zero_optimization.offload_optimizer.overlap_step' = true needs "
+               "zero_optimization.stage 2 or 3 with 'zero_optimization.offload_optimizer.device' "
+               "= \"cpu\" or \"nvme\" (stage is ",
+               z.stage, ", device \"", to_string(in.optimizer_offload),
+               "\"): it overlaps the offloaded step with backward, where the reduced gradient "
+               "shards land in host memory");
+    // Its updated parameters are written at the commit, not through the parameter file's window.
+    ZERO_CHECK(in.param_offload != OffloadDevice::kNvme, kConfig,
+               "config key 'zero_optimization.offload_optimizer.overlap_step' = true is not "
+               "supported with 'zero_optimization.offload_param.device' = \"nvme\"");
+    in.optim_swap.slots = 2;  // NVMe: the speculative chunk goes to the alternate slot
+    // The updated 16-bit copy a slot carries (below) is written by the step, read at the commit.
+    if (in.working != DType::kF32)
+      in.optim_swap.read_parts = 1 + static_cast<std::size_t>(in.num_states);
+  }
   // The updated shards reach the parameter file through the offloaded optimizer's chunk loop:
   // every unit must be stepped there (with device cpu, the ratio keeps the leading units on the
   // device).
@@ -391,7 +411,20 @@ Placement make_placement(PlacementInput in) {
       p.optim_parts.push_back(
           {MemCategory::kOptimizerState, per_block / block, block, per_block % block});
     }
-    p.optim_file = offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts);
+    // The speculative step's updated 16-bit parameters ride in the slot (written at the commit).
+    if (i.overlap_step && i.working != DType::kF32) {
+      p.optim_parts.push_back({MemCategory::kParams16, ws});
+    }
+    p.optim_file =
+        offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts, i.optim_swap.slots);
+  }
+  if (i.overlap_step && p.nvme_chunk > 0) {
+    // The pinned chunks' window: as many chunks as the pipeline's staging buffers.
+    p.spec_chunks = std::min(i.offload_buffers, p.nvme_chunk);
+    const std::size_t n = p.chunk_elems;
+    p.spec_window =
+        on(Tier::kPinned, MemCategory::kOffloadStaging,
+           p.spec_part_offset(i.num_states + 1) + (i.working != DType::kF32 ? n * ws : 0));
   }
 
   // ---- gradients: the device's arena (none when reduced in the trainer's buffer) and the

@@ -40,6 +40,10 @@
 #include "zero/optimizer.hpp"
 #include "zero/unit.hpp"
 
+namespace zero {
+struct PlanInput;  // zero/plan.hpp
+}  // namespace zero
+
 namespace zero::detail {
 
 // Where an arena lives: the engine's device (host memory on the CPU device), pinned host memory
@@ -151,6 +155,8 @@ struct PlacementInput {
   std::int64_t accumulation = 1;
   OffloadDevice optimizer_offload = OffloadDevice::kNone;
   double offload_ratio = 1.0;  // offload_optimizer.ratio: the fraction on the trailing tier
+  // offload_optimizer.overlap_step: the offloaded step during backward (stages 2-3).
+  bool overlap_step = false;
   OffloadDevice param_offload = OffloadDevice::kNone;
   std::size_t offload_chunk = 0;    // offload_optimizer.buffer_size (elements)
   std::size_t offload_buffers = 0;  // offload_optimizer.buffer_count
@@ -229,6 +235,18 @@ struct Placement {
   std::vector<std::size_t> optim_chunk_elems;  // per swap-file slot (nvme)
   std::vector<offload::ChunkSwapper::Part> optim_parts;
   offload::ChunkSwapper::Footprint optim_file;
+  // offload_optimizer.overlap_step: the speculative step's held results. Pinned chunks: a window
+  // of spec_chunks buffers of spec_window.bytes, each one chunk's master, states and (16-bit
+  // working parameters) updated parameter copy at spec_part_offset(k) (parts 0 master, 1..S the
+  // states, S + 1 the copy); the pinned chunks beyond it are stepped at the boundary. NVMe
+  // chunks: the swap file's alternate slots (in.optim_swap.slots = 2), whose last part (16-bit
+  // working parameters) holds the updated copy.
+  Arena spec_window;
+  std::size_t spec_chunks = 0;
+  std::size_t spec_part_offset(int k) const {
+    const std::size_t n = chunk_elems;
+    return k == 0 ? 0 : n * 4 + static_cast<std::size_t>(k - 1) * state_bytes(in.state_dtype, n);
+  }
   // offload_param = nvme: a slot per sharded unit, one pinned window of the largest shard.
   std::vector<std::size_t> param_slot_elems;
   std::vector<offload::ChunkSwapper::Part> param_parts;
@@ -294,6 +312,7 @@ struct Placement {
     f(staging_grad, in.offload_buffers);
     f(staging_param, in.offload_buffers);
     f(param_window, 1);
+    f(spec_window, spec_chunks);
     f(grad_landing, 1);
     f(stats_scratch, 1);
   }
@@ -301,6 +320,10 @@ struct Placement {
 
 // Also validates the units (zero::Error(kInvalidArgument) as make_layout).
 Placement make_placement(PlacementInput in);
+
+// The placement plan_engine_memory() sums (zero/plan.hpp): rank 0's, managed, on a device the
+// host can address. The configuration chooser (plan/) reads its buckets and shards from the same.
+Placement plan_placement(const PlanInput& in);
 
 // Whether every parameter of `spec` is frozen (ParamSpec::trainable = false). A unit mixing
 // frozen and trainable parameters is kInvalidArgument naming one of each: the unit is the

@@ -56,16 +56,20 @@ std::size_t PlanResult::total() const {
 
 PlanResult plan_engine_memory(const PlanInput& in) {
   ZERO_CHECK(!in.units.empty(), kInvalidArgument, "plan: no units");
-  // Rank 0's placement (every rank's is the same size); the device the host can address, as
-  // on the machines the harness runs on.
-  const detail::Placement p = detail::make_placement(detail::placement_input(
-      in.config, in.units, detail::shard_width(in.config, in.ranks),
-      /*rank=*/0, in.alignment, detail::Ownership::kManaged, /*host_accessible=*/true,
-      in.ranks / detail::shard_width(in.config, in.ranks)));
-  return detail::plan_of(p, in.gather_order, in.grads_held);
+  return detail::plan_of(detail::plan_placement(in), in.gather_order, in.grads_held);
 }
 
 namespace detail {
+
+Placement plan_placement(const PlanInput& in) {
+  ZERO_CHECK(!in.units.empty(), kInvalidArgument, "plan: no units");
+  // Rank 0's placement (every rank's is the same size); the device the host can address, as
+  // on the machines the harness runs on.
+  return make_placement(placement_input(in.config, in.units, shard_width(in.config, in.ranks),
+                                        /*rank=*/0, in.alignment, Ownership::kManaged,
+                                        /*host_accessible=*/true,
+                                        in.ranks / shard_width(in.config, in.ranks)));
+}
 
 PlanResult plan_of(const Placement& p, const std::vector<UnitId>& gather_order, int grads_held) {
   PlanResult out;

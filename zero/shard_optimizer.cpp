@@ -23,6 +23,10 @@ class SplitOptimizer final : public ShardOptimizer {
     device_->step(groups, step, grad_scale);
     offloaded_->step(groups, step, grad_scale);
   }
+  void speculate(UnitId u, const StepOptions& options) override {
+    offloaded_->speculate(u, options);  // only units with their gradients on the host come here
+  }
+  Settled settle(bool commit) override { return offloaded_->settle(commit); }
   float* master(UnitId u) override { return of(u).master(u); }
   char* state(UnitId u, int k) override { return of(u).state(u, k); }
   void copy_master(UnitId u, float* out) override { of(u).copy_master(u, out); }

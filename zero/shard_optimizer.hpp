@@ -40,6 +40,22 @@ class ShardAccess {
   virtual void store_params(UnitId u) = 0;
 };
 
+// The options of one step, known before the step's global norm: what a speculative step
+// (offload_optimizer.overlap_step) runs with. grad_scale is the loss scaler's with clip
+// coefficient 1; a step whose coefficient is not 1 redoes the speculative units.
+struct StepOptions {
+  std::vector<OptimizerParams> groups;
+  std::int64_t step = 0;
+  float grad_scale = 1.0f;
+};
+
+// What settle() found: the units stepped speculatively since the last settle, and of their
+// chunks those committed.
+struct Settled {
+  int units = 0;
+  std::size_t chunks_committed = 0;
+};
+
 // A frozen unit (UnitPlacement::frozen) has no master and no state: the engine never asks for
 // its master, state, copies, refresh or load here, and step() passes it by.
 class ShardOptimizer {
@@ -51,6 +67,24 @@ class ShardOptimizer {
   // is 1-based; grad_scale divides the gradients.
   virtual void step(const std::vector<OptimizerParams>& groups, std::int64_t step,
                     float grad_scale) = 0;
+
+  // ---- the step during backward (offload_optimizer.overlap_step; the default does nothing)
+  // Unit u's reduced gradients are final for this step (the boundary micro-step's reduction
+  // landed in host memory): its offloaded step may start with `options`, on a worker, holding
+  // its results apart from the state (returns when enqueued). Only units whose gradient
+  // partition is on the host are passed. The first call after a settle() fixes the options.
+  virtual void speculate(UnitId u, const StepOptions& options) {
+    (void)u;
+    (void)options;
+  }
+  // Waits for the speculative steps; commit: their held results become the state and the
+  // working parameters (the next step() steps only the other units), else they are dropped and
+  // the state is as before them. REQUIRES: commit only when the step's options are the ones
+  // speculate() got. Rethrows a speculative step's failure (the state untouched).
+  virtual Settled settle(bool commit) {
+    (void)commit;
+    return {};
+  }
 
   // The master / state k of unit u's stepped range where its tier gives a pointer (device or
   // pinned memory); kInvalidArgument naming the tier when unit u's are in NVMe (use the copies).

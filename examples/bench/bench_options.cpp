@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string_view>
 
 #include "gpt/gpt_flags.hpp"
 #include "zero/error.hpp"
@@ -20,7 +21,9 @@ const char* const kUsage =
                           cpu_checkpointing applies to every policy
   --offload L             optimizer offload per run: none, cpu, nvme (default none,cpu,nvme);
                           cpu:R / nvme:R offload the fraction R of the optimizer state
-                          (offload_optimizer.ratio; nvme: R on NVMe, the rest in pinned memory)
+                          (offload_optimizer.ratio; nvme: R on NVMe, the rest in pinned memory);
+                          a "+overlap" suffix (nvme+overlap, cpu:R+overlap) also sets
+                          offload_optimizer.overlap_step (rows at stages 2-3 only)
   --nvme-path DIR         swap files for --offload nvme (default /tmp)
   --memory-budget B       cap each rank's memory (e.g. 512M); NVMe files are not counted
   --layers L --dim D --heads H --seq T   the GPT model (default 6, 192, 4, 64)
@@ -149,12 +152,25 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-OffloadChoice parse_offload(const std::string& item) {
+OffloadChoice parse_offload(const std::string& given) {
   OffloadChoice c;
+  std::string item = given;
+  constexpr std::string_view kOverlap = "+overlap";
+  if (item.size() > kOverlap.size() &&
+      item.compare(item.size() - kOverlap.size(), kOverlap.size(), kOverlap) == 0) {
+    item.resize(item.size() - kOverlap.size());
+    c.overlap_step = true;
+  }
   const std::size_t colon = item.find(':');
   c.device = item.substr(0, colon);
   if (c.device != "none" && c.device != "cpu" && c.device != "nvme") {
-    usage_error("--offload takes none, cpu, nvme, cpu:R or nvme:R, got '" + item + "'");
+    usage_error(
+        "--offload takes none, cpu, nvme, cpu:R or nvme:R (each but none with an optional "
+        "+overlap), got '" +
+        given + "'");
+  }
+  if (c.device == "none" && c.overlap_step) {
+    usage_error("--offload " + given + ": +overlap needs an optimizer offload (cpu or nvme)");
   }
   if (colon == std::string::npos) return c;
   const std::string r = item.substr(colon + 1);
@@ -212,6 +228,8 @@ Config make_config(const Options& o, int stage, const std::string& offload_item,
       b.set("zero_optimization.offload_optimizer.ratio=" + std::to_string(choice.ratio),
             "zero-bench");
     }
+    if (choice.overlap_step)
+      b.set("zero_optimization.offload_optimizer.overlap_step=true", "zero-bench");
   }
   return b.build();
 }

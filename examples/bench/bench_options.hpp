@@ -48,6 +48,7 @@ struct OffloadChoice {
   std::string device = "none";
   double ratio = 1.0;
   bool ratio_given = false;
+  bool overlap_step = false;  // "+overlap": offload_optimizer.overlap_step (stages 2-3)
 };
 OffloadChoice parse_offload(const std::string& item);
 

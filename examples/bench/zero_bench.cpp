@@ -419,6 +419,8 @@ int run(int argc, char** argv) {
     for (const std::string& ck : o.checkpoints) {
       for (int stage : o.stages) {
         if (off != "none" && stage == 0) continue;  // offload needs a sharded optimizer
+        // The step during backward needs the gradient partition on the host (stages 2-3).
+        if (bench::parse_offload(off).overlap_step && stage < 2) continue;
         add_kind(stage, ck, off, 0);
       }
     }

@@ -12,11 +12,6 @@
 
 namespace zero::train {
 
-double model_flops_per_token(const gpt::GptConfig& g) {
-  const double matmul_params = static_cast<double>(g.num_params()) - double{1} * g.seq * g.dim;
-  return 6.0 * matmul_params + 12.0 * g.layers * g.dim * g.seq;
-}
-
 void LossPlot::write(const std::string& note) {
   written = true;
   svg::LineChart chart;

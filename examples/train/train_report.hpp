@@ -1,5 +1,5 @@
-// train/train_report.hpp — what zero-train reports of a run besides its step lines: the model
-// FLOPs per token behind MFU, the --metrics JSON line, the --plot loss curves.
+// train/train_report.hpp — what zero-train reports of a run besides its step lines: the --metrics
+// JSON line, the --plot loss curves (the model FLOPs per token behind MFU: gpt/gpt_cost.hpp).
 //
 // Thread safety: plain values and functions; LossPlot belongs to the printing rank.
 #pragma once
@@ -13,12 +13,6 @@
 #include "zero/memory.hpp"
 
 namespace zero::train {
-
-// Model FLOPs per trained token, the convention of MFU (PaLM, Chowdhery et al. 2022, appendix B):
-// 6 per weight used in a matmul (forward 2, backward 4) — every parameter but the position
-// table, the tied embedding counted once as the head — plus 12 x layers x dim x seq for the
-// attention scores and their weighted sum. Recomputation (checkpointing) is not counted.
-double model_flops_per_token(const gpt::GptConfig& g);
 
 // --plot FILE: the printing rank's loss curves, written at the end of the run by write(), or by
 // the destructor while an error unwinds the run (the curves up to the failure; a write error

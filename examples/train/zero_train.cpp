@@ -36,6 +36,7 @@
 #endif
 #include "common/files.hpp"
 #include "common/progress.hpp"
+#include "gpt/gpt_cost.hpp"
 #include "gpt/gpt_fit.hpp"
 #include "gpt/gpt_flags.hpp"
 #include "gpt/gpt_model.hpp"
@@ -244,7 +245,7 @@ void train_rank(Communicator& comm, const Options& o, const Config& cfg,
     // Throughput of the whole job (every rank's tokens in this rank's step time), and model
     // FLOP/s per rank against --peak-flops (MFU).
     const double tokens = static_cast<double>(batch) * g.seq * accum * comm.size();
-    const double flops_per_rank = tokens * train::model_flops_per_token(g) / comm.size() / secs;
+    const double flops_per_rank = tokens * gpt::model_flops_per_token(g) / comm.size() / secs;
     const double mfu = o.peak_flops > 0 ? flops_per_rank / o.peak_flops : 0.0;
     if (printer) {
       if (!plot.path.empty()) plot.train.push_back({static_cast<double>(step + 1), l});

@@ -57,6 +57,11 @@ struct OffloadConfig {
   // [0, 1] (DeepSpeed's meaning): the trailing units whose stepped elements come closest to it;
   // the leading ones stay on the device (nvme: in pinned host memory). 1: all of it.
   double ratio = 1.0;
+  // offload_optimizer (zero extension), stages 2-3: each offloaded unit's step starts on a worker
+  // thread as soon as its reduced gradient shard is final in host memory during the boundary
+  // micro-step's backward, with clip coefficient 1; the end of backward commits it (no clipping,
+  // no overflow) or redoes it from the untouched state. Bitwise the step without it.
+  bool overlap_step = false;
   std::int64_t max_in_cpu = 1'000'000'000;  // offload_param: elements kept in host memory
   bool fast_init = false;                   // accepted for compatibility; no effect
   bool enabled() const { return device != OffloadDevice::kNone; }

@@ -151,6 +151,11 @@ struct StepMetrics {
   std::uint64_t nvme_read_bytes = 0;
   std::uint64_t nvme_write_bytes = 0;
   int micro_steps = 0;
+  // offload_optimizer.overlap_step (boundary): the units whose offloaded step ran during
+  // backward, and of them those stepped again in step() because clipping engaged (an fp16
+  // overflow skips the step: speculated, not redone).
+  int speculated_units = 0;
+  int redone_units = 0;
   // The window less the time inside the engine's hooks: the trainer's own forward / backward.
   double trainer_s() const noexcept {
     const double t = window_s - gather_s - grads_ready_s - step_s;

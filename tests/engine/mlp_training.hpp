@@ -46,6 +46,7 @@ struct RunSpec {
   std::string aio_engine = "io_uring";
   std::string offload_param = "none";  // stage 3: offload_param.device
   double offload_ratio = 1.0;          // offload_optimizer.ratio (with offload_buffers > 0)
+  bool overlap_step = false;           // offload_optimizer.overlap_step (with offload_buffers > 0)
   // The MLP's layer widths (a unit per layer).
   std::vector<int> dims = kDims;
   // zero_optimization.reduce_bucket_size / allgather_bucket_size (0: a collective per unit).
@@ -85,7 +86,8 @@ inline Config make_config(const RunSpec& s) {
                  R"(, "pipeline_write": )" + (s.pipeline ? "true" : "false") +
                  R"(, "buffer_count": )" + std::to_string(s.offload_buffers) +
                  R"(, "buffer_size": )" + std::to_string(s.offload_chunk) + R"(, "ratio": )" +
-                 std::to_string(s.offload_ratio) + "}"
+                 std::to_string(s.offload_ratio) +
+                 (s.overlap_step ? R"(, "overlap_step": true)" : "") + "}"
            : std::string()) +
       R"(, "offload_param": {"device": ")" + s.offload_param + R"(", "nvme_path": ")" +
       s.nvme_path + R"("})" + R"(}, "aio": {"engine": ")" + s.aio_engine +

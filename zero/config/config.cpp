@@ -58,6 +58,9 @@ void read_offload(Reader r, OffloadConfig& o, bool optimizer) {
     // DeepSpeed's partial offload (ZeRO-Offload++): the fraction of the optimizer state
     // offloaded (nvme: on NVMe, the rest in pinned host memory); the placement cuts it by unit.
     r.get_num("ratio", o.ratio, 0.0, 1.0);
+    // Zero extension: the offloaded step during backward (the placement refuses it where it
+    // cannot apply: it needs the gradient partition on the host, stages 2-3).
+    r.get("overlap_step", o.overlap_step);
   } else {
     r.get_int("max_in_cpu", o.max_in_cpu, 0, kMax);
   }

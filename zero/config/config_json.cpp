@@ -23,6 +23,7 @@ std::string Config::to_json() const {
               {"fast_init", o.fast_init}};
     if (optimizer) {
       j["ratio"] = o.ratio;
+      j["overlap_step"] = o.overlap_step;
     } else {
       j["max_in_cpu"] = o.max_in_cpu;
     }

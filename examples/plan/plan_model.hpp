@@ -1,0 +1,29 @@
+// plan/plan_model.hpp — the models zero-plan plans for, as the chooser's TrainerModel
+// (zero/choose.hpp): the GPT trainer's (its units, gather order, activations and workspace from
+// its own accounting, its FLOPs) or a JSON list of units with their parameter shapes and a
+// declared activation size.
+//
+// Units JSON (every key checked; an error names the key and the file):
+//   {"units": [{"name": "block0", "params": [{"name": "w", "shape": [768, 768]},
+//                                            {"name": "b", "shape": [768], "trainable": true}]}],
+//    "activation_bytes": 123456,     per rank per micro-step, on the device (default 0)
+//    "flops_per_micro_step": 1e12}   per rank (default 6 x parameters x tokens of the micro-step,
+//                                    with "tokens_per_micro_step"; neither: untimed compute)
+//
+// Thread safety: the returned callbacks are called on one thread at a time.
+#pragma once
+
+#include <string>
+
+#include "gpt/gpt_model.hpp"
+#include "zero/choose.hpp"
+
+namespace zero::plan {
+
+// The GPT trainer's model at `g` (vocab set), `rows` sequences of g.seq per rank per micro-step.
+TrainerModel gpt_trainer(const gpt::GptConfig& g, int rows, const Config& base);
+
+// A model read from a units JSON file (see above).
+TrainerModel units_trainer(const std::string& path);
+
+}  // namespace zero::plan

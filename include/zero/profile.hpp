@@ -1,0 +1,103 @@
+// zero/profile.hpp — a machine profile: what a training step's time depends on, measured on this
+// machine (calibrate()) or written by hand for another (a cluster's figures are valid input).
+//
+// The figures: host memory copy bandwidth; the CPU optimizer's elements/s per moment dtype
+// (optimizer.params.moment_dtype f32 / bf16 / int8); NVMe read and write at the swapper's request
+// size (when a directory was given); the communicator's collectives as measured points (operation,
+// ranks, bytes per rank, seconds); the trainer's FLOP/s (when a trainer was measured or stated).
+// The configuration chooser (zero/choose.hpp) turns them into a predicted step time.
+//
+// The file is plain JSON a person can edit (write_profile / read_profile, format
+// "zero-machine-profile/1"). Reading validates every field: an unknown key, a missing one, a
+// wrong type or a value out of range is a zero::Error(kConfig) naming the key, the value and the
+// file.
+//
+// Thread safety: MachineProfile is a plain value; the functions are pure apart from the files
+// they read or write and calibrate(), which runs its measurements on the calling thread's
+// oneTBB arena and on threads of its own (the communicator's ranks).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+// One measured collective: `op` ("all_reduce", "reduce_scatter", "all_gather") over `ranks`
+// in-process ranks, `bytes` per rank (all_reduce: the buffer; reduce_scatter: the input;
+// all_gather: the output), taking `seconds` (the slowest rank, best of the repeats).
+struct CollectivePoint {
+  std::string op;
+  int ranks = 2;          // >= 2
+  std::size_t bytes = 0;  // > 0
+  double seconds = 0;     // > 0
+};
+
+struct MachineProfile {
+  std::string source;  // free text: where the figures come from (host, date, or "by hand")
+  int threads = 1;     // hardware threads the figures were measured with (>= 1)
+
+  // Host memory: bytes copied per second (memcpy of a buffer far larger than the caches).
+  double copy_bytes_per_s = 0;  // > 0
+
+  // The CPU optimizer (AdamW, the whole process's threads): elements stepped per second by
+  // moment dtype. All three > 0.
+  double optimizer_f32_per_s = 0, optimizer_bf16_per_s = 0, optimizer_int8_per_s = 0;
+
+  // NVMe through the swapper at `nvme_request_bytes` per request; all 0: not measured (a plan
+  // with an NVMe tier then cannot be timed and says so).
+  std::string nvme_path;
+  std::size_t nvme_request_bytes = 0;
+  double nvme_read_bytes_per_s = 0, nvme_write_bytes_per_s = 0;
+
+  // The communicator's collectives (at least one point per op the plans use).
+  std::vector<CollectivePoint> collectives;
+
+  // The trainer's model FLOP/s for the whole process: every in-process rank's FLOPs over the time
+  // they take computing together on its cores (the chooser divides a step's FLOPs of all local
+  // ranks by it); 0: not measured. `trainer` says what measured it ("gpt --layers 4 ... --ranks
+  // 2"); a GPU's figure is written by hand.
+  double trainer_flops_per_s = 0;
+  std::string trainer;
+
+  // Elements/s of the optimizer for a moment dtype name ("f32", "bf16", "int8").
+  double optimizer_per_s(const std::string& moment_dtype) const;
+  // Seconds of one `op` of `bytes` per rank over `ranks`: the points of the nearest measured
+  // rank count, interpolated linearly in bytes between the two around it; above the largest,
+  // at the largest's bandwidth; below the smallest, the smallest's time (latency-bound).
+  // 0 for ranks <= 1 or bytes == 0. zero::Error(kConfig) when `op` has no point.
+  double collective_seconds(const std::string& op, int ranks, std::size_t bytes) const;
+
+  // Throws zero::Error(kConfig) naming the first field out of range ("copy_bytes_per_s = -1").
+  void validate() const;
+};
+
+// The profile as JSON (every field; 2-space indented).
+std::string to_json(const MachineProfile& p);
+// Parses and validates; `file` names the source in messages. zero::Error(kConfig) naming the key
+// path, the value and the file for an unknown, missing or mistyped key or a value out of range.
+MachineProfile profile_from_json(const std::string& text, const std::string& file = "<string>");
+// Reads / writes a file (zero::Error(kIO) when it cannot be read or written).
+MachineProfile read_profile(const std::string& path);
+void write_profile(const MachineProfile& p, const std::string& path);
+
+// What calibrate() measures and how much.
+struct CalibrateOptions {
+  std::size_t copy_bytes = std::size_t{64} << 20;      // memcpy buffer
+  std::size_t optimizer_elems = std::size_t{4} << 20;  // elements per optimizer step timed
+  // NVMe: a directory to write and read a file of `nvme_bytes` in; empty: not measured.
+  std::string nvme_path;
+  std::size_t nvme_bytes = std::size_t{256} << 20;
+  std::size_t nvme_request_bytes = std::size_t{8} << 20;  // the swapper's chunk (see zero-env)
+  // Collectives: every op at every rank count and size (bytes per rank).
+  std::vector<int> ranks = {2, 4};
+  std::vector<std::size_t> sizes = {std::size_t{64} << 10, std::size_t{1} << 20,
+                                    std::size_t{16} << 20};
+  int repeats = 3;  // best of
+};
+
+// Measures this machine (a few seconds with the defaults). trainer_flops_per_s stays 0: the
+// trainer measures itself (zero-env --calibrate with a GPT shape does).
+MachineProfile calibrate(const CalibrateOptions& options = {});
+
+}  // namespace zero

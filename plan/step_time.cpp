@@ -1,0 +1,104 @@
+// predict_step(): a candidate's step time by phase from the machine profile (zero/choose.hpp).
+// Every volume is read off the placement the planner sums (detail::plan_placement): its reduce
+// and post-step all-gather buckets, its units' shards and which are kept whole, its offloaded
+// elements and swap slots — no rule of the engine's restated here.
+#include <algorithm>
+#include <string>
+
+#include "zero/choose.hpp"
+#include "zero/dtype.hpp"
+#include "zero/placement.hpp"
+
+namespace zero {
+
+StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
+                      const MachineProfile& prof, double flops, std::string* untimed) {
+  const detail::Placement p = detail::plan_placement(pin);
+  const detail::StagePolicy& pol = p.in.policy;
+  const int n = p.in.world_size;
+  // In-process ranks on the CPU device share the process's cores, memory bandwidth and disk:
+  // their work adds up. On a separate device each rank computes and steps on its own.
+  const double local = w.device_is_host ? static_cast<double>(w.local()) : 1.0;
+  const double accum = static_cast<double>(std::max<std::int64_t>(p.in.accumulation, 1));
+  const double wb = static_cast<double>(dtype_size(p.in.working));
+  const double rb = static_cast<double>(dtype_size(p.in.reduce));
+  auto why = [&](const std::string& s) {
+    if (untimed != nullptr && untimed->empty()) *untimed = s;
+  };
+  StepTime t;
+
+  // ---- compute
+  if (flops <= 0) {
+    why("the trainer declares no FLOPs per micro-step");
+  } else if (prof.trainer_flops_per_s > 0) {
+    t.compute = accum * flops * local / prof.trainer_flops_per_s;
+  } else {
+    why("the machine profile has no trainer FLOP/s (zero-env --calibrate --gpt)");
+  }
+
+  // ---- communication (grad_reducer.cpp: stage 0 one all-reduce and stage 1 a reduce per bucket
+  // at the boundary; stages 2-3 a reduce per bucket every micro-step; param_gatherer.cpp: a
+  // gather per sharded unit in the gather order every micro-step)
+  double comm = 0;
+  const auto bytes_of = [](std::size_t elems, double width) {
+    return static_cast<std::size_t>(static_cast<double>(elems) * width);
+  };
+  if (!pol.shard_optimizer) {
+    comm += prof.collective_seconds("all_reduce", n, bytes_of(p.trainable_padded, rb));
+  } else {
+    const double reduces = pol.shard_gradients ? accum : 1.0;
+    for (const detail::Bucket& b : p.reduce_buckets) {
+      comm +=
+          reduces * prof.collective_seconds("reduce_scatter", n,
+                                            bytes_of(b.shard * static_cast<std::size_t>(n), rb));
+    }
+  }
+  for (const detail::Bucket& b : p.gather_buckets) {
+    comm += prof.collective_seconds("all_gather", n,
+                                    bytes_of(b.shard * static_cast<std::size_t>(n), wb));
+  }
+  std::vector<UnitId> order = pin.gather_order;
+  if (order.empty()) {  // forward, then backward
+    const auto units = static_cast<UnitId>(p.num_units());
+    for (UnitId u = 0; u < units; ++u) order.push_back(u);
+    for (UnitId u = units; u-- > 0;) order.push_back(u);
+  }
+  double nvme_param_read = 0;
+  for (UnitId u : order) {
+    if (p.unit(u).kept_whole) continue;
+    comm += accum * prof.collective_seconds("all_gather", n, bytes_of(p.lay(u).padded, wb));
+    if (p.shard_on_nvme(u)) nvme_param_read += accum * bytes_of(p.lay(u).shard, wb);
+  }
+  // The CPU device's collectives copy with the cores that compute: nothing hides them. A
+  // separate device with overlap_comm hides them behind backward (2/3 of the compute).
+  t.comm =
+      (!w.device_is_host && p.in.overlap_comm) ? std::max(0.0, comm - t.compute * 2.0 / 3.0) : comm;
+
+  // ---- optimizer: every in-process rank's stepped elements
+  const double per_s = prof.optimizer_per_s(std::string(to_string(p.in.state_dtype)));
+  t.optimizer = local * static_cast<double>(p.trainable_step) / per_s;
+
+  // ---- offload I/O: the optimizer swap file read and written once a step, the parameter swap
+  // file read per gather and written after the step; offloaded gradients in and parameters out
+  // through the staging buffers at the copy rate.
+  double optim_file = 0, param_file = 0;
+  for (std::size_t k = 0; k < kNumMemCategories; ++k) {
+    const auto cat = static_cast<MemCategory>(k);
+    (cat == MemCategory::kParams16 ? param_file : optim_file) +=
+        static_cast<double>(c.plan.nvme[k]);
+  }
+  const double nvme_read = optim_file + nvme_param_read;
+  const double nvme_write = optim_file + param_file;
+  if (nvme_read + nvme_write > 0) {
+    if (prof.nvme_read_bytes_per_s <= 0) {
+      why("the machine profile has no NVMe figures (zero-env --calibrate --nvme-path DIR)");
+    } else {
+      t.offload_io += local * (nvme_read / prof.nvme_read_bytes_per_s +
+                               nvme_write / prof.nvme_write_bytes_per_s);
+    }
+  }
+  t.offload_io += local * static_cast<double>(p.offload_step) * (rb + wb) / prof.copy_bytes_per_s;
+  return t;
+}
+
+}  // namespace zero

@@ -1,0 +1,132 @@
+// The machine profile: written and read back the same; every field validated, each error naming
+// the key, the value and the file; a (small) calibration gives a valid profile.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "expect_error.hpp"
+#include "zero/profile.hpp"
+
+namespace zero {
+namespace {
+
+using testing::expect_error;
+using json = nlohmann::ordered_json;
+
+MachineProfile sample() {
+  MachineProfile p;
+  p.source = "by hand";
+  p.threads = 2;
+  p.copy_bytes_per_s = 10e9;
+  p.optimizer_f32_per_s = 8e8;
+  p.optimizer_bf16_per_s = 6e8;
+  p.optimizer_int8_per_s = 5e8;
+  p.nvme_path = "/tmp";
+  p.nvme_request_bytes = 8 << 20;
+  p.nvme_read_bytes_per_s = 1.5e9;
+  p.nvme_write_bytes_per_s = 1.2e9;
+  p.collectives = {{"all_reduce", 2, 1 << 20, 1e-3},
+                   {"all_reduce", 2, 16 << 20, 1e-2},
+                   {"all_reduce", 4, 1 << 20, 2e-3},
+                   {"reduce_scatter", 2, 1 << 20, 5e-4},
+                   {"all_gather", 2, 1 << 20, 4e-4}};
+  p.trainer_flops_per_s = 1e10;
+  p.trainer = "gpt --layers 4";
+  return p;
+}
+
+TEST(Profile, RoundTripThroughAFile) {
+  const MachineProfile p = sample();
+  const std::string path = ::testing::TempDir() + "/profile_roundtrip.json";
+  write_profile(p, path);
+  const MachineProfile q = read_profile(path);
+  EXPECT_EQ(to_json(q), to_json(p));
+  EXPECT_EQ(q.collectives.size(), 5u);
+  EXPECT_EQ(q.nvme_request_bytes, std::size_t{8} << 20);
+  EXPECT_EQ(q.trainer, "gpt --layers 4");
+  std::remove(path.c_str());
+}
+
+// One edit of the sample's JSON, read back: the error names `needle`s (key, value, file).
+void expect_bad(const std::function<void(json&)>& edit, const std::string& key,
+                const std::string& value) {
+  json j = json::parse(to_json(sample()));
+  edit(j);
+  try {
+    (void)profile_from_json(j.dump(), "machine.json");
+    ADD_FAILURE() << "accepted an edit of " << key;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kConfig);
+    const std::string m = e.message();
+    EXPECT_NE(m.find(key), std::string::npos) << m;
+    EXPECT_NE(m.find(value), std::string::npos) << m;
+    EXPECT_NE(m.find("machine.json"), std::string::npos) << m;
+  }
+}
+
+TEST(Profile, EveryFieldIsValidatedAndNamed) {
+  expect_bad([](json& j) { j["memory"]["copy_bytes_per_s"] = -1; }, "memory.copy_bytes_per_s",
+             "-1");
+  expect_bad([](json& j) { j["memory"]["copy_bytes_per_s"] = 0; }, "memory.copy_bytes_per_s", "0");
+  expect_bad([](json& j) { j["optimizer"]["int8_elements_per_s"] = "fast"; },
+             "optimizer.int8_elements_per_s", "\"fast\"");
+  expect_bad([](json& j) { j["optimizer"].erase("bf16_elements_per_s"); },
+             "optimizer.bf16_elements_per_s", "missing");
+  expect_bad([](json& j) { j["optimizer"]["fp8_elements_per_s"] = 1; },
+             "optimizer.fp8_elements_per_s", "unknown key");
+  expect_bad([](json& j) { j["extra"] = true; }, "extra", "unknown key");
+  expect_bad([](json& j) { j["threads"] = 0; }, "threads", "0");
+  expect_bad([](json& j) { j["format"] = "v2"; }, "format", "\"v2\"");
+  expect_bad([](json& j) { j["nvme"]["read_bytes_per_s"] = 0; }, "nvme.read_bytes_per_s", "0");
+  expect_bad([](json& j) { j["nvme"]["request_bytes"] = -4096; }, "nvme.request_bytes", "-4096");
+  expect_bad([](json& j) { j["collectives"][1]["op"] = "broadcast"; }, "collectives[1].op",
+             "\"broadcast\"");
+  expect_bad([](json& j) { j["collectives"][2]["ranks"] = 1; }, "collectives[2].ranks", "1");
+  expect_bad([](json& j) { j["collectives"][0]["seconds"] = 0; }, "collectives[0].seconds", "0");
+  expect_bad([](json& j) { j["collectives"] = json::object(); }, "collectives", "array");
+  expect_bad([](json& j) { j["trainer"]["flops_per_s"] = -2; }, "trainer.flops_per_s", "-2");
+  expect_error([] { (void)profile_from_json("{", "broken.json"); }, ErrorCode::kConfig,
+               "broken.json");
+  expect_error([] { (void)read_profile("/nonexistent/machine.json"); }, ErrorCode::kIO,
+               "/nonexistent/machine.json");
+}
+
+TEST(Profile, CollectiveLookUpInterpolatesAndExtrapolates) {
+  const MachineProfile p = sample();
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1 << 20), 1e-3);
+  // Half-way in bytes between 1 MiB and 16 MiB: half-way in time.
+  EXPECT_NEAR(p.collective_seconds("all_reduce", 2, (17 << 20) / 2), 5.5e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 32 << 20), 2e-2);  // at 16 MiB's rate
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1024), 1e-3);      // latency floor
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 8, 1 << 20), 2e-3);   // nearest N: 4
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 1, 1 << 20), 0.0);
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("int8"), 5e8);
+  MachineProfile q = p;
+  q.collectives.clear();
+  expect_error([&] { (void)q.collective_seconds("all_gather", 2, 1); }, ErrorCode::kConfig,
+               "all_gather");
+}
+
+TEST(Profile, CalibrationGivesAValidProfile) {
+  CalibrateOptions o;
+  o.copy_bytes = 4 << 20;
+  o.optimizer_elems = 1 << 18;
+  o.ranks = {2};
+  o.sizes = {4096, 1 << 16};
+  o.repeats = 1;
+  o.nvme_path = ::testing::TempDir();
+  o.nvme_bytes = 4 << 20;
+  o.nvme_request_bytes = 1 << 20;
+  const MachineProfile p = calibrate(o);
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_EQ(p.collectives.size(), 6u);  // 3 ops x 1 rank count x 2 sizes
+  EXPECT_GT(p.nvme_read_bytes_per_s, 0);
+  EXPECT_EQ(p.trainer_flops_per_s, 0);  // the trainer measures itself
+  EXPECT_NO_THROW((void)profile_from_json(to_json(p), "calibrated"));
+}
+
+}  // namespace
+}  // namespace zero
