@@ -9,7 +9,7 @@ ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # user's cache directory (ccache's own default place), so that a fresh clone on a machine that
 # built zero before compiles only what changed. CCACHE_BASEDIR makes the clone's path irrelevant
 # to ccache's hashes. ZERO_CACHE_DIR / CCACHE_DIR override.
-ZERO_CACHE="${ZERO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zero}"
+ZERO_CACHE="${ZERO_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-$ZERO_ROOT}/.cache}/zero}"
 export CCACHE_DIR="${CCACHE_DIR:-$ZERO_CACHE/ccache}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ZERO_ROOT}"
 ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
