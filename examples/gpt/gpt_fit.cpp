@@ -71,8 +71,11 @@ FitResult check_fit(const GptConfig& g, const Config& config, const CheckpointSp
                     int ranks, int local, const MemoryBudget& budget, bool device_is_host,
                     const std::string& nvme_dir) {
   FitResult r;
-  r.asked = evaluate(g, FitCandidate{.config = config, .checkpointing = spec}, rows, ranks, local,
-                     budget, device_is_host, &r.plan, &r.activations, &r.workspace);
+  FitCandidate asked;
+  asked.config = config;
+  asked.checkpointing = spec;
+  r.asked = evaluate(g, std::move(asked), rows, ranks, local, budget, device_is_host, &r.plan,
+                     &r.activations, &r.workspace);
   if (r.fits()) return r;
   // The ladder, cheapest first by what each adds to a step: a higher stage adds communication
   // only; checkpointing recomputes the blocks' forward; the optimizer on NVMe moves its 12 bytes
@@ -81,7 +84,9 @@ FitResult check_fit(const GptConfig& g, const Config& config, const CheckpointSp
   const CheckpointSpec sqrt = CheckpointSpec::resolve("sqrt", config.activation_checkpointing);
   const bool plain = spec.policy == CheckpointPolicy::kNone;
   auto candidate = [&](int s, bool ckpt, bool nvme_optimizer, bool nvme_params) {
-    FitCandidate c{.config = config, .checkpointing = ckpt ? sqrt : spec};
+    FitCandidate c;
+    c.config = config;
+    c.checkpointing = ckpt ? sqrt : spec;
     c.config.zero_optimization.stage = s;
     if (ckpt) c.checkpoint = "sqrt";
     c.nvme_optimizer = nvme_optimizer;

@@ -252,7 +252,9 @@ TEST(Harness, QuantizedRowsSendThePackedChunks) {
     }
     const double staging = r0["categories"]["comm_buffers"]["host"]["current"].get<double>();
     EXPECT_EQ(staging, c["predicted"]["comm_buffers"].get<double>()) << g << " " << q;
-    if (q) EXPECT_GT(staging, 0.0);
+    if (q) {
+      EXPECT_GT(staging, 0.0);
+    }
   }
   // bf16 against a byte and 4 / 256 of a scale per element (plus padding and the norm exchange).
   for (int g : {0, 2}) {
