@@ -421,12 +421,18 @@ void ChunkSwapper::run(std::size_t first, std::size_t last, bool read, bool writ
     for (std::size_t s = 0; s < nb; ++s) settle_write(s);
   } catch (...) {
     // No request may outlive the call: the staging buffers are reused by the next one.
-    try {
-      aio_.wait_all();
-    } catch (const std::exception& e) {
-      ZERO_LOG(kWarn, "swap file '", path, "': a second error while unwinding: ", e.what());
-    }
+    drain_after_error();
     throw;
+  }
+}
+
+void ChunkSwapper::drain_after_error() noexcept {
+  try {
+    aio_.wait_all();
+  } catch (const std::exception& e) {
+    ZERO_LOG(kWarn, "swap file '", file_.label(), "': a second error while unwinding: ", e.what());
+  } catch (...) {
+    ZERO_LOG(kWarn, "swap file '", file_.label(), "': a second error while unwinding");
   }
 }
 
@@ -453,11 +459,7 @@ void ChunkSwapper::read_part(const std::vector<std::size_t>& chunks, std::size_t
       fn(chunks[i], aligned_[i % nb]);
     }
   } catch (...) {
-    try {
-      aio_.wait_all();
-    } catch (const std::exception& e) {
-      ZERO_LOG(kWarn, "swap file '", path, "': a second error while unwinding: ", e.what());
-    }
+    drain_after_error();
     throw;
   }
 }

@@ -182,6 +182,9 @@ class ChunkSwapper {
                  const std::function<void(std::size_t c, const char* data)>& fn);
 
  private:
+  // After an error: waits for every request in flight (no request may outlive the call that made
+  // it: the staging buffers are reused by the next), logging a second error rather than throwing.
+  void drain_after_error() noexcept;
   // A read of chunks [first, last) whose slots have all been written finds no hole in them: a
   // file truncated and then written past its new end (by a later slot's write) would read back
   // zeros where the data was, with no short read to tell. kCorruption naming the read and the

@@ -66,6 +66,18 @@ struct RunSpec {
   std::string moment_dtype = "f32";
 };
 
+// `steps` steps of one micro-step each on this rank's batches (make_batch(..., step, 0, rank)),
+// the engine already declared and initialised; returns the last step's result.
+inline StepResult run_steps(Engine& e, const Mlp& mlp, int rank, int steps) {
+  StepResult last;
+  for (int step = 0; step < steps; ++step) {
+    mlp.micro_step(
+        e, make_batch(mlp.in(), mlp.out(), kRows, static_cast<std::uint64_t>(step), 0, rank));
+    last = e.step();
+  }
+  return last;
+}
+
 inline Config make_config(const RunSpec& s) {
   std::string j =
       R"({"zero_optimization": {"stage": )" + std::to_string(s.stage) + R"(, "overlap_comm": )" +
@@ -248,10 +260,7 @@ inline void expect_plan_equals_tracker(const Config& cfg, int n, const std::stri
     Engine e(comm, cfg);
     mlp.declare(e);
     mlp.init(e, 1);
-    for (int step = 0; step < 3; ++step) {
-      mlp.micro_step(e, make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-      e.step();
-    }
+    run_steps(e, mlp, comm.rank(), 3);
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
       const auto cat = static_cast<MemCategory>(c);
       const MemoryTracker& t = e.tracker();

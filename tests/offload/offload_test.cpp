@@ -301,10 +301,7 @@ PlanResult plan_mlp(const Config& cfg, int ranks) {
 void train_mlp(Engine& e, const Mlp& mlp, Communicator& comm, int steps = 2) {
   mlp.declare(e);
   mlp.init(e, 1);
-  for (int step = 0; step < steps; ++step) {
-    mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-    e.step();
-  }
+  testing::run_steps(e, mlp, comm.rank(), steps);
 }
 
 // The engine's tracker against the planner, category by category: memory, pinned, NVMe files.
@@ -395,10 +392,7 @@ TEST(NvmeOffload, FilesHoldExactlyTheExpectedBytes) {
       for (Engine* e : {&eh, &en}) {
         mlp.declare(*e);
         mlp.init(*e, 3);
-        for (int step = 0; step < 3; ++step) {
-          mlp.micro_step(*e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-          e->step();
-        }
+        testing::run_steps(*e, mlp, comm.rank(), 3);
       }
       // This rank's file (names carry the rank), through its descriptor.
       const std::string file =
@@ -510,10 +504,7 @@ TEST(Int8MomentOffload, TheSwapFileHoldsTheEightBitStateExactly) {
       for (Engine* e : {&eh, &en}) {
         mlp.declare(*e);
         mlp.init(*e, 3);
-        for (int step = 0; step < 3; ++step) {
-          mlp.micro_step(*e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-          e->step();
-        }
+        testing::run_steps(*e, mlp, comm.rank(), 3);
       }
       const std::string file =
           open_swap_file(dir.path(), "zero-optim-r" + std::to_string(comm.rank()) + "-");

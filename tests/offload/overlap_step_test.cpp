@@ -226,8 +226,12 @@ TEST(OverlapStep, BitwiseWhenClippingNeverEngages) {
       EXPECT_LE(m.speculated_units, units) << "step " << t << ": " << what;
       // The first step's NVMe file does not exist before it: nothing of it is speculated.
       const bool nvme_only = c.device == "nvme" && c.ratio == 1.0;
-      if (t > 0 || !nvme_only) EXPECT_GT(m.speculated_units, 0) << "step " << t << ": " << what;
-      if (t == 0 && nvme_only) EXPECT_EQ(m.speculated_units, 0) << what;
+      if (t > 0 || !nvme_only) {
+        EXPECT_GT(m.speculated_units, 0) << "step " << t << ": " << what;
+      }
+      if (t == 0 && nvme_only) {
+        EXPECT_EQ(m.speculated_units, 0) << what;
+      }
       // NVMe units have no window: every one is speculated once the file exists.
       if (t > 0 && c.device == "nvme" && c.ratio == 1.0) {
         EXPECT_EQ(m.speculated_units, units) << "step " << t << ": " << what;
@@ -337,10 +341,7 @@ TEST(OverlapStep, PlannerEqualsTrackerWithTheWindow) {
       Engine e(comm, cfg);
       mlp.declare(e);
       mlp.init(e, 1);
-      for (int step = 0; step < 3; ++step) {
-        mlp.micro_step(e, make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-        e.step();
-      }
+      testing::run_steps(e, mlp, comm.rank(), 3);
       const MemoryTracker& t = e.tracker();
       for (std::size_t k = 0; k < kNumMemCategories; ++k) {
         const auto cat = static_cast<MemCategory>(k);

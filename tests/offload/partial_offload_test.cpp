@@ -138,8 +138,12 @@ TEST(PartialOffload, RatioOffloadsTheTrailingUnitsClosestToItInElements) {
         const std::size_t off = trailing_elems(steps, expected_trailing(steps, ratio));
         EXPECT_GE(off, last);
         last = off;
-        if (ratio == 0.0) EXPECT_EQ(off, 0u);
-        if (ratio == 1.0) EXPECT_EQ(off, total);
+        if (ratio == 0.0) {
+          EXPECT_EQ(off, 0u);
+        }
+        if (ratio == 1.0) {
+          EXPECT_EQ(off, total);
+        }
       }
     }
   }
@@ -285,10 +289,7 @@ Tracked train_and_track(const RunSpec& spec, const PlanResult& plan) {
     mlp.declare(e);
     mlp.init(e, 1);
     StepResult last;
-    for (int step = 0; step < 3; ++step) {
-      mlp.micro_step(e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-      last = e.step();
-    }
+    last = testing::run_steps(e, mlp, comm.rank(), 3);
     Tracked t;
     const MemoryTracker& m = e.tracker();
     for (std::size_t c = 0; c < kNumMemCategories; ++c) {
@@ -561,10 +562,7 @@ TEST(PartialOffload, ShardAccessorsReadEachUnitFromItsTier) {
       for (Engine* e : {&a, &b}) {
         mlp.declare(*e);
         mlp.init(*e, 3);
-        for (int step = 0; step < 3; ++step) {
-          mlp.micro_step(*e, testing::make_batch(mlp.in(), mlp.out(), kRows, step, 0, comm.rank()));
-          e->step();
-        }
+        testing::run_steps(*e, mlp, comm.rank(), 3);
       }
       for (UnitId u = 0; u < a.num_units(); ++u) {
         const std::size_t n = a.unit_shard_numel(u);
