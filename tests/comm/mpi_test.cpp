@@ -9,6 +9,7 @@
 
 #include "comm/collective_checks.hpp"
 #include "comm/quantized_checks.hpp"
+#include "load_slack.hpp"
 #include "mpi_world.hpp"
 #include "zero/comm.hpp"
 
@@ -87,7 +88,7 @@ TEST_P(MpiLateRank, MakesTheOthersTimeOutWithoutHanging) {
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_GT(waited, 0.9);
-    EXPECT_LT(waited, 2.0);
+    EXPECT_LT(waited, 1.0 + testing::load_slack_s());
     // The communicator is broken now: later collectives fail at once.
     try {
       c->barrier();
@@ -95,9 +96,10 @@ TEST_P(MpiLateRank, MakesTheOthersTimeOutWithoutHanging) {
     } catch (const Error& e) {
       EXPECT_EQ(ErrorCode::kRemoteFailure, e.code()) << e.what();
     }
+    w.barrier();  // the others come now, after the timeout (an event, not a sleep)
   } else {
     // Late, but it comes: rank 0's progress thread, still inside MPI, completes with us.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    w.barrier();
     c->all_reduce(buf.data(), buf.data(), buf.size(), DType::kF32, ReduceOp::kSum);
   }
   c.reset();

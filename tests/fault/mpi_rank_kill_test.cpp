@@ -17,11 +17,13 @@
 #include <string>
 
 #include "fault/subprocess.hpp"
+#include "load_slack.hpp"
 
 namespace zero {
 namespace {
 
 using testing::line_with;
+using testing::load_slack_s;
 using testing::run_subprocess;
 using testing::time_on_line;
 
@@ -29,8 +31,6 @@ constexpr double kCommTimeoutS = 3.0;
 // kBrokenGrace in zero/comm/mpi_communicator.cpp: what a broken communicator's destructor waits
 // for the timed-out collective after comm_timeout_s.
 constexpr double kMpiGraceS = 3.0;
-// Process teardown (the engine, MPI) on a loaded 2-core machine.
-constexpr double kSlackS = 2.0;
 
 struct KillCase {
   const char* point;
@@ -64,7 +64,7 @@ TEST_P(MpiRankKilled, TeardownEndsTheJobAtOnceWithAnError) {
       "survivor's error: %s\n",
       c.point, to_exit, r.exited ? "status" : "signal", r.status,
       survivor.empty() ? "none (killed by mpirun)" : survivor.c_str());
-  EXPECT_LT(to_exit, kCommTimeoutS + kMpiGraceS + kSlackS) << r.output;
+  EXPECT_LT(to_exit, kCommTimeoutS + kMpiGraceS + load_slack_s()) << r.output;
 }
 
 TEST_P(MpiRankKilled, WithoutTeardownTheSurvivorTimesOutNamingTheCollective) {
@@ -90,7 +90,7 @@ TEST_P(MpiRankKilled, WithoutTeardownTheSurvivorTimesOutNamingTheCollective) {
   const double failed = time_on_line(r.output, "FAULT-ERROR rank 0");
   ASSERT_GT(died, 0) << r.output;
   ASSERT_GT(exited, 0) << r.output;
-  const double bound = kCommTimeoutS + kMpiGraceS + kSlackS;
+  const double bound = kCommTimeoutS + kMpiGraceS + load_slack_s();
   std::printf(
       "mpirun --enable-recovery, rank 1 killed at %s: survivor's error %.3f s later, "
       "its exit %.3f s later (timeout %.1f s + grace %.1f s; bound %.1f s), mpirun's "
