@@ -80,9 +80,15 @@ int run_calibrate(const std::string& nvme_path, const std::string& out, bool gpt
   }
   std::fprintf(stderr,
                "calibrated in %.1f s: copy %.2f GB/s; optimizer %.0f / %.0f / %.0f M elements/s "
-               "(f32 / bf16 / int8 moments)",
+               "(f32 / bf16 / int8 moments, the largest size)",
                seconds_since(t0), p.copy_bytes_per_s / 1e9, p.optimizer_f32_per_s / 1e6,
                p.optimizer_bf16_per_s / 1e6, p.optimizer_int8_per_s / 1e6);
+  std::fprintf(stderr, " [by size:");
+  for (const zero::OptimizerPoint& o : p.optimizer_points) {
+    std::fprintf(stderr, " %s %zu Ki %.0f", o.moment_dtype.c_str(), o.elements >> 10,
+                 o.per_s / 1e6);
+  }
+  std::fprintf(stderr, "]");
   if (p.nvme_read_bytes_per_s > 0) {
     std::fprintf(stderr, "; nvme read %.2f GB/s, write %.2f GB/s", p.nvme_read_bytes_per_s / 1e9,
                  p.nvme_write_bytes_per_s / 1e9);

@@ -17,6 +17,7 @@ namespace {
 
 constexpr const char* kFormat = "zero-machine-profile/1";
 const std::set<std::string> kOps = {"all_reduce", "reduce_scatter", "all_gather"};
+const std::set<std::string> kMomentDtypes = {"f32", "bf16", "int8"};
 
 // ---- reading: every key checked, every error names the key path, the value and the file
 
@@ -78,12 +79,30 @@ class Reader {
 
 // ---- look-ups
 
-double MachineProfile::optimizer_per_s(const std::string& moment_dtype) const {
-  if (moment_dtype == "bf16") return optimizer_bf16_per_s;
-  if (moment_dtype == "int8") return optimizer_int8_per_s;
-  ZERO_CHECK(moment_dtype == "f32", kInvalidArgument, "no optimizer figure for moment dtype '",
-             moment_dtype, "' (f32, bf16, int8)");
-  return optimizer_f32_per_s;
+double MachineProfile::optimizer_per_s(const std::string& moment_dtype,
+                                       std::size_t elements) const {
+  ZERO_CHECK(moment_dtype == "f32" || moment_dtype == "bf16" || moment_dtype == "int8",
+             kInvalidArgument, "no optimizer figure for moment dtype '", moment_dtype,
+             "' (f32, bf16, int8)");
+  const double large = moment_dtype == "bf16"   ? optimizer_bf16_per_s
+                       : moment_dtype == "int8" ? optimizer_int8_per_s
+                                                : optimizer_f32_per_s;
+  std::vector<const OptimizerPoint*> pts;
+  for (const OptimizerPoint& o : optimizer_points) {
+    if (o.moment_dtype == moment_dtype) pts.push_back(&o);
+  }
+  if (elements == 0 || pts.empty()) return large;
+  std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->elements < b->elements; });
+  if (elements <= pts.front()->elements) return pts.front()->per_s;
+  if (elements >= pts.back()->elements) return pts.back()->per_s;
+  std::size_t k = 1;
+  while (pts[k]->elements < elements) ++k;
+  // Seconds per element, linear in log(elements): the cache's share of the state falls
+  // geometrically with the size.
+  const double f = std::log(static_cast<double>(elements) / pts[k - 1]->elements) /
+                   std::log(static_cast<double>(pts[k]->elements) / pts[k - 1]->elements);
+  const double spe = (1 - f) / pts[k - 1]->per_s + f / pts[k]->per_s;
+  return 1 / spe;
 }
 
 double MachineProfile::collective_seconds(const std::string& op, int ranks,
@@ -125,6 +144,11 @@ void MachineProfile::validate() const { (void)profile_from_json(to_json(*this), 
 // ---- JSON
 
 std::string to_json(const MachineProfile& p) {
+  json opt_points = json::array();
+  for (const OptimizerPoint& o : p.optimizer_points) {
+    opt_points.push_back(
+        {{"moment_dtype", o.moment_dtype}, {"elements", o.elements}, {"elements_per_s", o.per_s}});
+  }
   json cols = json::array();
   for (const CollectivePoint& c : p.collectives) {
     cols.push_back({{"op", c.op}, {"ranks", c.ranks}, {"bytes", c.bytes}, {"seconds", c.seconds}});
@@ -137,7 +161,8 @@ std::string to_json(const MachineProfile& p) {
       {"optimizer",
        {{"f32_elements_per_s", p.optimizer_f32_per_s},
         {"bf16_elements_per_s", p.optimizer_bf16_per_s},
-        {"int8_elements_per_s", p.optimizer_int8_per_s}}},
+        {"int8_elements_per_s", p.optimizer_int8_per_s},
+        {"points", opt_points}}},
       {"nvme",
        {{"path", p.nvme_path},
         {"request_bytes", p.nvme_request_bytes},
@@ -168,11 +193,28 @@ MachineProfile profile_from_json(const std::string& text, const std::string& fil
   p.threads = static_cast<int>(r.count(j, "", "threads", 1));
   const json& mem = r.object(r.member(j, "", "memory"), "memory", {"copy_bytes_per_s"});
   p.copy_bytes_per_s = r.number(mem, "memory", "copy_bytes_per_s", 0, true);
-  const json& opt = r.object(r.member(j, "", "optimizer"), "optimizer",
-                             {"f32_elements_per_s", "bf16_elements_per_s", "int8_elements_per_s"});
+  const json& opt =
+      r.object(r.member(j, "", "optimizer"), "optimizer",
+               {"f32_elements_per_s", "bf16_elements_per_s", "int8_elements_per_s", "points"});
   p.optimizer_f32_per_s = r.number(opt, "optimizer", "f32_elements_per_s", 0, true);
   p.optimizer_bf16_per_s = r.number(opt, "optimizer", "bf16_elements_per_s", 0, true);
   p.optimizer_int8_per_s = r.number(opt, "optimizer", "int8_elements_per_s", 0, true);
+  if (opt.contains("points")) {  // optional: a hand-written profile may give the rates alone
+    const json& pts = opt.at("points");
+    if (!pts.is_array()) r.fail("optimizer.points", pts, "expected an array");
+    for (std::size_t k = 0; k < pts.size(); ++k) {
+      const std::string key = "optimizer.points[" + std::to_string(k) + "]";
+      const json& o = r.object(pts[k], key, {"moment_dtype", "elements", "elements_per_s"});
+      OptimizerPoint pt;
+      pt.moment_dtype = r.text(o, key, "moment_dtype");
+      if (kMomentDtypes.count(pt.moment_dtype) == 0) {
+        r.fail(key + ".moment_dtype", o.at("moment_dtype"), "expected f32, bf16 or int8");
+      }
+      pt.elements = r.count(o, key, "elements", 1);
+      pt.per_s = r.number(o, key, "elements_per_s", 0, true);
+      p.optimizer_points.push_back(pt);
+    }
+  }
   const json& nv = r.object(r.member(j, "", "nvme"), "nvme",
                             {"path", "request_bytes", "read_bytes_per_s", "write_bytes_per_s"});
   p.nvme_path = r.text(nv, "nvme", "path");

@@ -74,9 +74,12 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
   t.comm =
       (!w.device_is_host && p.in.overlap_comm) ? std::max(0.0, comm - t.compute * 2.0 / 3.0) : comm;
 
-  // ---- optimizer: every in-process rank's stepped elements
-  const double per_s = prof.optimizer_per_s(std::string(to_string(p.in.state_dtype)));
-  t.optimizer = local * static_cast<double>(p.trainable_step) / per_s;
+  // ---- optimizer: every in-process rank's stepped elements, at the rate measured for that much
+  // state stepped at once (the ranks step together: their state shares the last-level cache)
+  const double stepped = local * static_cast<double>(p.trainable_step);
+  const double per_s = prof.optimizer_per_s(std::string(to_string(p.in.state_dtype)),
+                                            static_cast<std::size_t>(stepped));
+  t.optimizer = stepped / per_s;
 
   // ---- offload I/O: the optimizer swap file read and written once a step, the parameter swap
   // file read per gather and written after the step; offloaded gradients in and parameters out

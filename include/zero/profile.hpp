@@ -26,6 +26,17 @@ namespace zero {
 // One measured collective: `op` ("all_reduce", "reduce_scatter", "all_gather") over `ranks`
 // in-process ranks, `bytes` per rank (all_reduce: the buffer; reduce_scatter: the input;
 // all_gather: the output), taking `seconds` (the slowest rank, best of the repeats).
+// One measured optimizer step: AdamW with `moment_dtype` moments over `elements` elements (all
+// the process's threads), at `per_s` elements per second. The rate depends on the size: state
+// that fits the last-level cache steps up to 3x faster than state streamed from memory (measured
+// here, 48 MiB L3: f32 moments 1.8 G/s at 256 Ki elements, 0.5 G/s at 16 Mi), so the chooser
+// reads the rate at the step's own size.
+struct OptimizerPoint {
+  std::string moment_dtype;  // "f32", "bf16", "int8"
+  std::size_t elements = 0;  // > 0
+  double per_s = 0;          // > 0
+};
+
 struct CollectivePoint {
   std::string op;
   int ranks = 2;          // >= 2
@@ -41,8 +52,11 @@ struct MachineProfile {
   double copy_bytes_per_s = 0;  // > 0
 
   // The CPU optimizer (AdamW, the whole process's threads): elements stepped per second by
-  // moment dtype. All three > 0.
+  // moment dtype, for state far larger than the caches (calibrate(): its largest size). All three
+  // > 0. `optimizer_points` refine them by size (may be empty: a hand-written profile can give
+  // the three rates alone).
   double optimizer_f32_per_s = 0, optimizer_bf16_per_s = 0, optimizer_int8_per_s = 0;
+  std::vector<OptimizerPoint> optimizer_points;
 
   // NVMe through the swapper at `nvme_request_bytes` per request; all 0: not measured (a plan
   // with an NVMe tier then cannot be timed and says so).
@@ -60,8 +74,11 @@ struct MachineProfile {
   double trainer_flops_per_s = 0;
   std::string trainer;
 
-  // Elements/s of the optimizer for a moment dtype name ("f32", "bf16", "int8").
-  double optimizer_per_s(const std::string& moment_dtype) const;
+  // Elements/s of the optimizer for a moment dtype name ("f32", "bf16", "int8") stepping
+  // `elements` at once (0: the large-state rate). With points for that dtype: their seconds per
+  // element interpolated linearly in log(elements) between the two around it, the nearest one's
+  // outside them; without: the large-state rate.
+  double optimizer_per_s(const std::string& moment_dtype, std::size_t elements = 0) const;
   // Seconds of one `op` of `bytes` per rank over `ranks`: the points of the nearest measured
   // rank count, interpolated linearly in bytes between the two around it; above the largest,
   // at the largest's bandwidth; below the smallest, the smallest's time (latency-bound).
@@ -83,8 +100,11 @@ void write_profile(const MachineProfile& p, const std::string& path);
 
 // What calibrate() measures and how much.
 struct CalibrateOptions {
-  std::size_t copy_bytes = std::size_t{64} << 20;      // memcpy buffer
-  std::size_t optimizer_elems = std::size_t{4} << 20;  // elements per optimizer step timed
+  std::size_t copy_bytes = std::size_t{64} << 20;  // memcpy buffer
+  // Optimizer step sizes timed per moment dtype (elements; the largest gives the large-state
+  // rate): from inside the L2 to 4x past the L3 of a server core.
+  std::vector<std::size_t> optimizer_sizes = {std::size_t{256} << 10, std::size_t{1} << 20,
+                                              std::size_t{4} << 20, std::size_t{16} << 20};
   // NVMe: a directory to write and read a file of `nvme_bytes` in; empty: not measured.
   std::string nvme_path;
   std::size_t nvme_bytes = std::size_t{256} << 20;

@@ -2,6 +2,7 @@
 // the key, the value and the file; a (small) calibration gives a valid profile.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,8 @@ MachineProfile sample() {
                    {"all_reduce", 4, 1 << 20, 2e-3},
                    {"reduce_scatter", 2, 1 << 20, 5e-4},
                    {"all_gather", 2, 1 << 20, 4e-4}};
+  p.optimizer_points = {
+      {"f32", 1 << 18, 2e9}, {"f32", 1 << 22, 1e9}, {"f32", 1 << 24, 8e8}, {"int8", 1 << 20, 6e8}};
   p.trainer_flops_per_s = 1e10;
   p.trainer = "gpt --layers 4";
   return p;
@@ -78,6 +81,13 @@ TEST(Profile, EveryFieldIsValidatedAndNamed) {
   expect_bad([](json& j) { j["optimizer"]["fp8_elements_per_s"] = 1; },
              "optimizer.fp8_elements_per_s", "unknown key");
   expect_bad([](json& j) { j["extra"] = true; }, "extra", "unknown key");
+  expect_bad([](json& j) { j["optimizer"]["points"][1]["moment_dtype"] = "f16"; },
+             "optimizer.points[1].moment_dtype", "\"f16\"");
+  expect_bad([](json& j) { j["optimizer"]["points"][2]["elements"] = 0; },
+             "optimizer.points[2].elements", "0");
+  expect_bad([](json& j) { j["optimizer"]["points"][0]["elements_per_s"] = -5; },
+             "optimizer.points[0].elements_per_s", "-5");
+  expect_bad([](json& j) { j["optimizer"]["points"] = 3; }, "optimizer.points", "array");
   expect_bad([](json& j) { j["threads"] = 0; }, "threads", "0");
   expect_bad([](json& j) { j["format"] = "v2"; }, "format", "\"v2\"");
   expect_bad([](json& j) { j["nvme"]["read_bytes_per_s"] = 0; }, "nvme.read_bytes_per_s", "0");
@@ -110,10 +120,28 @@ TEST(Profile, CollectiveLookUpInterpolatesAndExtrapolates) {
                "all_gather");
 }
 
+// The optimizer's rate at a size: the points' seconds per element interpolated in log(size), the
+// nearest point's outside them, the large-state rate for a dtype without points (and size 0).
+TEST(Profile, OptimizerRateIsReadAtTheStepsSize) {
+  const MachineProfile p = sample();
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("f32", 1 << 18), 2e9);
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("f32", 1 << 10), 2e9);  // below the smallest
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("f32", 1 << 26), 8e8);  // above the largest
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("f32", 0), 8e8);        // the large-state rate
+  // 2^20 is half-way between 2^18 and 2^22 in log: half-way in seconds per element.
+  EXPECT_NEAR(p.optimizer_per_s("f32", 1 << 20), 1 / (0.5 / 2e9 + 0.5 / 1e9), 1e-3);
+  // A quarter of the way from 2^22 to 2^24 (2^22.5).
+  const auto at = static_cast<std::size_t>(std::ldexp(1.0, 22) * std::sqrt(2.0));
+  EXPECT_NEAR(p.optimizer_per_s("f32", at), 1 / (0.75 / 1e9 + 0.25 / 8e8), 1e3);
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("int8", 1 << 10), 6e8);  // its only point
+  EXPECT_DOUBLE_EQ(p.optimizer_per_s("bf16", 1 << 20), 6e8);  // no points: the large rate
+  expect_error([&] { (void)p.optimizer_per_s("f16", 1); }, ErrorCode::kInvalidArgument, "f16");
+}
+
 TEST(Profile, CalibrationGivesAValidProfile) {
   CalibrateOptions o;
   o.copy_bytes = 4 << 20;
-  o.optimizer_elems = 1 << 18;
+  o.optimizer_sizes = {1 << 12, 1 << 16};
   o.ranks = {2};
   o.sizes = {4096, 1 << 16};
   o.repeats = 1;
@@ -122,7 +150,13 @@ TEST(Profile, CalibrationGivesAValidProfile) {
   o.nvme_request_bytes = 1 << 20;
   const MachineProfile p = calibrate(o);
   EXPECT_NO_THROW(p.validate());
-  EXPECT_EQ(p.collectives.size(), 6u);  // 3 ops x 1 rank count x 2 sizes
+  EXPECT_EQ(p.collectives.size(), 6u);       // 3 ops x 1 rank count x 2 sizes
+  EXPECT_EQ(p.optimizer_points.size(), 6u);  // 3 dtypes x 2 sizes
+  for (const OptimizerPoint& o : p.optimizer_points) {
+    if (o.elements == 1 << 16) {
+      EXPECT_EQ(o.per_s, p.optimizer_per_s(o.moment_dtype));
+    }
+  }
   EXPECT_GT(p.nvme_read_bytes_per_s, 0);
   EXPECT_EQ(p.trainer_flops_per_s, 0);  // the trainer measures itself
   EXPECT_NO_THROW((void)profile_from_json(to_json(p), "calibrated"));
