@@ -34,6 +34,7 @@
 #include "zero/fit.hpp"
 #include "zero/plan.hpp"
 #include "zero/profile.hpp"
+#include "zero/unit.hpp"
 
 namespace zero {
 
@@ -122,6 +123,30 @@ Choice choose_config(const TrainerModel& trainer, const std::string& base_json, 
 // them (a value that parses as JSON is that value, else a string): the config a person reads and
 // zero-train --config loads. Throws kConfig when `json` is not a JSON object.
 std::string config_document(const std::string& json, const std::vector<std::string>& sets);
+
+// ---- a model's units from a safetensors header
+
+// The default unit pattern: a layer prefix, "model.layers.12" of "model.layers.12.mlp.up.weight"
+// (the name up to its first all-digit component).
+inline constexpr const char* kLayerUnitPattern = R"(^(.*?\.[0-9]+)(\.|$))";
+
+// The unit a tensor belongs to: `unit_pattern`'s (ECMAScript) first capture group, or its whole
+// match without one, where it matches the name; otherwise the name less its last component
+// ("model.norm.weight" -> "model.norm", "lm_head.weight" -> "lm_head"). zero::Error(kConfig)
+// naming the pattern when it is not a regular expression.
+std::string unit_of_tensor(const std::string& tensor, const std::string& unit_pattern);
+
+// The units of a safetensors file or a Hugging Face sharded set (`path`: a .safetensors file,
+// model.safetensors.index.json, or a directory holding one of them), read from the headers only
+// (never the data; every header checked by the checkpoint layer's reader, an error naming the
+// file and the tensor). Each floating-point tensor (F64, F32, F16, BF16, F8_*) becomes a
+// trainable parameter of the unit unit_of_tensor() names (a scalar one of shape [1]); integer and
+// bool tensors (buffers: position ids, masks) and empty ones are not parameters and are left out.
+// Units and the parameters in each are in natural order (digit runs compared as numbers:
+// "layers.2" before "layers.10"). The tensors' dtype does not matter: the config's working dtype
+// decides the bytes.
+std::vector<UnitSpec> units_from_safetensors(const std::string& path,
+                                             const std::string& unit_pattern = kLayerUnitPattern);
 
 // The predicted time of one candidate's config (what choose_config fills in), or why not.
 StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& world,
