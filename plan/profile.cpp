@@ -105,9 +105,13 @@ double MachineProfile::optimizer_per_s(const std::string& moment_dtype,
   return 1 / spe;
 }
 
-double MachineProfile::collective_seconds(const std::string& op, int ranks,
-                                          std::size_t bytes) const {
+double MachineProfile::collective_seconds(const std::string& op, int ranks, std::size_t bytes,
+                                          bool across_nodes) const {
   if (ranks <= 1 || bytes == 0) return 0;
+  const bool net =
+      across_nodes && std::any_of(network_collectives.begin(), network_collectives.end(),
+                                  [&](const CollectivePoint& c) { return c.op == op; });
+  const std::vector<CollectivePoint>& collectives = net ? network_collectives : this->collectives;
   // The nearest measured rank count (ties: the larger, the pessimistic side).
   int best = -1;
   for (const CollectivePoint& c : collectives) {
@@ -149,11 +153,15 @@ std::string to_json(const MachineProfile& p) {
     opt_points.push_back(
         {{"moment_dtype", o.moment_dtype}, {"elements", o.elements}, {"elements_per_s", o.per_s}});
   }
-  json cols = json::array();
-  for (const CollectivePoint& c : p.collectives) {
-    cols.push_back({{"op", c.op}, {"ranks", c.ranks}, {"bytes", c.bytes}, {"seconds", c.seconds}});
-  }
-  const json j = {
+  auto points = [](const std::vector<CollectivePoint>& v) {
+    json cols = json::array();
+    for (const CollectivePoint& c : v) {
+      cols.push_back(
+          {{"op", c.op}, {"ranks", c.ranks}, {"bytes", c.bytes}, {"seconds", c.seconds}});
+    }
+    return cols;
+  };
+  json j = {
       {"format", kFormat},
       {"source", p.source},
       {"threads", p.threads},
@@ -168,9 +176,10 @@ std::string to_json(const MachineProfile& p) {
         {"request_bytes", p.nvme_request_bytes},
         {"read_bytes_per_s", p.nvme_read_bytes_per_s},
         {"write_bytes_per_s", p.nvme_write_bytes_per_s}}},
-      {"collectives", cols},
+      {"collectives", points(p.collectives)},
       {"trainer", {{"what", p.trainer}, {"flops_per_s", p.trainer_flops_per_s}}},
   };
+  if (!p.network_collectives.empty()) j["network_collectives"] = points(p.network_collectives);
   return j.dump(2) + "\n";
 }
 
@@ -182,9 +191,9 @@ MachineProfile profile_from_json(const std::string& text, const std::string& fil
     ZERO_THROW(kConfig, "machine profile ", file, ": not JSON: ", e.what());
   }
   const Reader r(file);
-  r.object(
-      j, "",
-      {"format", "source", "threads", "memory", "optimizer", "nvme", "collectives", "trainer"});
+  r.object(j, "",
+           {"format", "source", "threads", "memory", "optimizer", "nvme", "collectives",
+            "network_collectives", "trainer"});
   if (r.text(j, "", "format") != kFormat) {
     r.fail("format", j.at("format"), std::string("expected \"") + kFormat + "\"");
   }
@@ -225,20 +234,30 @@ MachineProfile profile_from_json(const std::string& text, const std::string& fil
     r.fail("nvme.read_bytes_per_s", nv.at("read_bytes_per_s"),
            "read and write are measured together: both > 0, or both 0 (not measured)");
   }
-  const json& cols = r.member(j, "", "collectives");
-  if (!cols.is_array()) r.fail("collectives", cols, "expected an array");
-  for (std::size_t k = 0; k < cols.size(); ++k) {
-    const std::string key = "collectives[" + std::to_string(k) + "]";
-    const json& c = r.object(cols[k], key, {"op", "ranks", "bytes", "seconds"});
-    CollectivePoint pt;
-    pt.op = r.text(c, key, "op");
-    if (kOps.count(pt.op) == 0) {
-      r.fail(key + ".op", c.at("op"), "expected all_reduce, reduce_scatter or all_gather");
+  // The collective points at `at`.`name` of `in`.
+  auto points = [&](const json& in, const std::string& at, const std::string& name,
+                    std::vector<CollectivePoint>& into) {
+    const std::string path = Reader::join(at, name);
+    const json& cols = r.member(in, at, name);
+    if (!cols.is_array()) r.fail(path, cols, "expected an array");
+    for (std::size_t k = 0; k < cols.size(); ++k) {
+      const std::string key = path + "[" + std::to_string(k) + "]";
+      const json& c = r.object(cols[k], key, {"op", "ranks", "bytes", "seconds"});
+      CollectivePoint pt;
+      pt.op = r.text(c, key, "op");
+      if (kOps.count(pt.op) == 0) {
+        r.fail(key + ".op", c.at("op"), "expected all_reduce, reduce_scatter or all_gather");
+      }
+      pt.ranks = static_cast<int>(r.count(c, key, "ranks", 2));
+      pt.bytes = r.count(c, key, "bytes", 1);
+      pt.seconds = r.number(c, key, "seconds", 0, true);
+      into.push_back(pt);
     }
-    pt.ranks = static_cast<int>(r.count(c, key, "ranks", 2));
-    pt.bytes = r.count(c, key, "bytes", 1);
-    pt.seconds = r.number(c, key, "seconds", 0, true);
-    p.collectives.push_back(pt);
+  };
+  points(j, "", "collectives", p.collectives);
+  // optional: a cluster's figures across nodes
+  if (j.contains("network_collectives")) {
+    points(j, "", "network_collectives", p.network_collectives);
   }
   const json& tr = r.object(r.member(j, "", "trainer"), "trainer", {"what", "flops_per_s"});
   p.trainer = r.text(tr, "trainer", "what");

@@ -43,19 +43,30 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
   const auto bytes_of = [](std::size_t elems, double width) {
     return static_cast<std::size_t>(static_cast<double>(elems) * width);
   };
+  // The shard group (consecutive ranks) spans nodes when it is larger than one; hybrid
+  // sharding's replicas all-reduce the reduced shard across the groups, across nodes when the
+  // world is. ZeRO++ sends int8 values and a f32 scale per block (quantized_comm.hpp).
+  const bool group_net = n > w.local();
+  const bool world_net = w.ranks > w.local();
+  const int replicas = std::max(p.in.replicas, 1);
+  const double qb = 1.0 + 4.0 / static_cast<double>(std::max<std::size_t>(p.in.quant_block, 1));
+  const double gw = p.in.quantized_weights ? qb : wb;    // the parameters' gathers
+  const double rw = p.in.quantized_gradients ? qb : rb;  // the gradients' reduce
   if (!pol.shard_optimizer) {
-    comm += prof.collective_seconds("all_reduce", n, bytes_of(p.trainable_padded, rb));
+    comm += prof.collective_seconds("all_reduce", n, bytes_of(p.trainable_padded, rb), group_net);
   } else {
     const double reduces = pol.shard_gradients ? accum : 1.0;
     for (const detail::Bucket& b : p.reduce_buckets) {
-      comm +=
-          reduces * prof.collective_seconds("reduce_scatter", n,
-                                            bytes_of(b.shard * static_cast<std::size_t>(n), rb));
+      comm += reduces * prof.collective_seconds("reduce_scatter", n,
+                                                bytes_of(b.shard * static_cast<std::size_t>(n), rw),
+                                                group_net);
+      comm += reduces *
+              prof.collective_seconds("all_reduce", replicas, bytes_of(b.shard, rw), world_net);
     }
   }
   for (const detail::Bucket& b : p.gather_buckets) {
     comm += prof.collective_seconds("all_gather", n,
-                                    bytes_of(b.shard * static_cast<std::size_t>(n), wb));
+                                    bytes_of(b.shard * static_cast<std::size_t>(n), wb), group_net);
   }
   std::vector<UnitId> order = pin.gather_order;
   if (order.empty()) {  // forward, then backward
@@ -66,7 +77,8 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
   double nvme_param_read = 0;
   for (UnitId u : order) {
     if (p.unit(u).kept_whole) continue;
-    comm += accum * prof.collective_seconds("all_gather", n, bytes_of(p.lay(u).padded, wb));
+    comm +=
+        accum * prof.collective_seconds("all_gather", n, bytes_of(p.lay(u).padded, gw), group_net);
     if (p.shard_on_nvme(u)) nvme_param_read += accum * bytes_of(p.lay(u).shard, wb);
   }
   // The CPU device's collectives copy with the cores that compute: nothing hides them. A

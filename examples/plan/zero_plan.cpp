@@ -6,8 +6,9 @@
 //             [--batch B] [--ranks N] [--ranks-per-node K] [--device cpu|cuda]
 //             [--host-memory B] [--device-memory B] [--nvme-path DIR] [--nvme-capacity B]
 //             [--config ds.json] [--set key=value]... [--margin F] [--stages 0,1,2,3]
-//             [--moment-dtypes f32,bf16,int8] [--top K] [--all] [--write-config FILE]
-//             [--report FILE]
+//             [--moment-dtypes f32,bf16,int8] [--max-live 1000000000,0] [--hybrid none,node]
+//             [--quantized none,weights,gradients,both] [--top K] [--all]
+//             [--write-config FILE] [--report FILE]
 //
 // The model: the GPT trainer's shape (examples/gpt: its units, activations and workspace from its
 // own accounting), a JSON list of units (plan/plan_model.hpp), or a safetensors file / Hugging
@@ -15,7 +16,9 @@
 // layer prefix by default, --unit-pattern to group otherwise; activations declared with
 // --activation-bytes, FLOPs 6 x parameters x batch x seq). The written config is the
 // DeepSpeed JSON zero-train --config takes (micro batch, stage, tiers, moment dtype, buckets,
-// stage-3 prefetch and persistence, activation_checkpointing.number_checkpoints).
+// stage-3 prefetch, max-live and persistence, activation_checkpointing.number_checkpoints; across
+// nodes (--ranks-per-node below --ranks) hybrid_shard_size and zero_quantized_weights /
+// _gradients).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -153,6 +156,8 @@ int run(int argc, char** argv) {
   std::string profile_path, units_path, config_path, write_config, report, device = "cpu";
   std::string host_mem, device_mem, nvme_cap, nvme_path, stages = "0,1,2,3",
                                                          dtypes = "f32,bf16,int8";
+  std::string max_live = "1000000000,0", hybrid = "none,node",
+              quantized = "none,weights,gradients,both";
   std::vector<std::string> sets;
   gpt::GptConfig g;
   g.layers = 4;  // zero-train's default shape
@@ -193,6 +198,15 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.99));
   app.add_option("--stages", stages, "stages to consider (default 0,1,2,3)");
   app.add_option("--moment-dtypes", dtypes, "moment dtypes to consider (default f32,bf16,int8)");
+  app.add_option("--max-live", max_live,
+                 "stage3_max_live_parameters tried with a prefetch, elements; 0: twice the "
+                 "largest unit (default 1000000000,0)");
+  app.add_option("--hybrid", hybrid,
+                 "across nodes: none and/or node (hybrid_shard_size = ranks per node; default "
+                 "none,node)");
+  app.add_option("--quantized", quantized,
+                 "across nodes at stage 3: none, weights (qwZ), gradients (qgZ), both (default "
+                 "all four)");
   app.add_option("--top", top, "runner-ups shown (default 8)");
   app.add_flag("--all", all, "show every configuration considered");
   app.add_option("--write-config", write_config, "write the choice as DeepSpeed JSON");
@@ -234,6 +248,14 @@ int run(int argc, char** argv) {
   space.stages.clear();
   for (const std::string& s : split(stages)) space.stages.push_back(gpt::flag_int("--stages", s));
   space.moment_dtypes = split(dtypes);
+  space.max_live.clear();
+  for (const std::string& m : split(max_live)) {
+    const double v = gpt::flag_bytes("--max-live", m);
+    ZERO_CHECK(v >= 0, kInvalidArgument, "--max-live expects elements >= 0, got '", m, "'");
+    space.max_live.push_back(static_cast<std::int64_t>(v));
+  }
+  space.hybrid = split(hybrid);
+  space.quantized = split(quantized);
   TrainerModel trainer;
   std::string model_text;
   ZERO_CHECK(units_path.empty() || safetensors_path.empty(), kInvalidArgument,

@@ -64,8 +64,13 @@ struct MachineProfile {
   std::size_t nvme_request_bytes = 0;
   double nvme_read_bytes_per_s = 0, nvme_write_bytes_per_s = 0;
 
-  // The communicator's collectives (at least one point per op the plans use).
+  // The communicator's collectives (at least one point per op the plans use): within a node
+  // (calibrate(): in-process ranks).
   std::vector<CollectivePoint> collectives;
+  // Collectives whose ranks sit on different nodes (JSON "network_collectives", optional: a
+  // cluster's figures written by hand, or measured by a multi-node run); `ranks` counts the
+  // ranks taking part. Empty: a collective across nodes is timed by `collectives`.
+  std::vector<CollectivePoint> network_collectives;
 
   // The trainer's model FLOP/s for the whole process: every in-process rank's FLOPs over the time
   // they take computing together on its cores (the chooser divides a step's FLOPs of all local
@@ -82,8 +87,10 @@ struct MachineProfile {
   // Seconds of one `op` of `bytes` per rank over `ranks`: the points of the nearest measured
   // rank count, interpolated linearly in bytes between the two around it; above the largest,
   // at the largest's bandwidth; below the smallest, the smallest's time (latency-bound).
-  // 0 for ranks <= 1 or bytes == 0. zero::Error(kConfig) when `op` has no point.
-  double collective_seconds(const std::string& op, int ranks, std::size_t bytes) const;
+  // 0 for ranks <= 1 or bytes == 0. zero::Error(kConfig) when `op` has no point. across_nodes:
+  // the ranks sit on different nodes: network_collectives' points where it has one for `op`.
+  double collective_seconds(const std::string& op, int ranks, std::size_t bytes,
+                            bool across_nodes = false) const;
 
   // Throws zero::Error(kConfig) naming the first field out of range ("copy_bytes_per_s = -1").
   void validate() const;

@@ -34,6 +34,7 @@ MachineProfile sample() {
                    {"all_reduce", 4, 1 << 20, 2e-3},
                    {"reduce_scatter", 2, 1 << 20, 5e-4},
                    {"all_gather", 2, 1 << 20, 4e-4}};
+  p.network_collectives = {{"all_gather", 4, 1 << 20, 4e-3}};
   p.optimizer_points = {
       {"f32", 1 << 18, 2e9}, {"f32", 1 << 22, 1e9}, {"f32", 1 << 24, 8e8}, {"int8", 1 << 20, 6e8}};
   p.trainer_flops_per_s = 1e10;
@@ -48,6 +49,7 @@ TEST(Profile, RoundTripThroughAFile) {
   const MachineProfile q = read_profile(path);
   EXPECT_EQ(to_json(q), to_json(p));
   EXPECT_EQ(q.collectives.size(), 5u);
+  EXPECT_EQ(q.network_collectives.size(), 1u);
   EXPECT_EQ(q.nvme_request_bytes, std::size_t{8} << 20);
   EXPECT_EQ(q.trainer, "gpt --layers 4");
   std::remove(path.c_str());
@@ -97,6 +99,10 @@ TEST(Profile, EveryFieldIsValidatedAndNamed) {
   expect_bad([](json& j) { j["collectives"][2]["ranks"] = 1; }, "collectives[2].ranks", "1");
   expect_bad([](json& j) { j["collectives"][0]["seconds"] = 0; }, "collectives[0].seconds", "0");
   expect_bad([](json& j) { j["collectives"] = json::object(); }, "collectives", "array");
+  expect_bad([](json& j) { j["network_collectives"][0]["bytes"] = 0; },
+             "network_collectives[0].bytes", "0");
+  expect_bad([](json& j) { j["network_collectives"][0]["op"] = "gather"; },
+             "network_collectives[0].op", "gather");
   expect_bad([](json& j) { j["trainer"]["flops_per_s"] = -2; }, "trainer.flops_per_s", "-2");
   expect_error([] { (void)profile_from_json("{", "broken.json"); }, ErrorCode::kConfig,
                "broken.json");
@@ -113,6 +119,10 @@ TEST(Profile, CollectiveLookUpInterpolatesAndExtrapolates) {
   EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 2, 1024), 1e-3);      // latency floor
   EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 8, 1 << 20), 2e-3);   // nearest N: 4
   EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 1, 1 << 20), 0.0);
+  // Across nodes: the network's points where it has the op, the node's otherwise.
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_gather", 4, 1 << 20, true), 4e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_gather", 4, 1 << 20, false), 4e-4);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 4, 1 << 20, true), 2e-3);
   EXPECT_DOUBLE_EQ(p.optimizer_per_s("int8"), 5e8);
   MachineProfile q = p;
   q.collectives.clear();
