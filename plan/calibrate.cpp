@@ -176,6 +176,7 @@ MachineProfile calibrate(const CalibrateOptions& o) {
       }
     }
   }
+  detail::calibrate_cuda(o, p);
   return p;
 }
 

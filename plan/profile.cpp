@@ -106,12 +106,15 @@ double MachineProfile::optimizer_per_s(const std::string& moment_dtype,
 }
 
 double MachineProfile::collective_seconds(const std::string& op, int ranks, std::size_t bytes,
-                                          bool across_nodes) const {
+                                          bool across_nodes, bool on_device) const {
   if (ranks <= 1 || bytes == 0) return 0;
-  const bool net =
-      across_nodes && std::any_of(network_collectives.begin(), network_collectives.end(),
-                                  [&](const CollectivePoint& c) { return c.op == op; });
-  const std::vector<CollectivePoint>& collectives = net ? network_collectives : this->collectives;
+  auto has = [&](const std::vector<CollectivePoint>& v) {
+    return std::any_of(v.begin(), v.end(), [&](const CollectivePoint& c) { return c.op == op; });
+  };
+  const std::vector<CollectivePoint>& collectives =
+      across_nodes && has(network_collectives) ? network_collectives
+      : on_device && has(cuda.nccl)            ? cuda.nccl
+                                               : this->collectives;
   // The nearest measured rank count (ties: the larger, the pessimistic side).
   int best = -1;
   for (const CollectivePoint& c : collectives) {
@@ -180,6 +183,14 @@ std::string to_json(const MachineProfile& p) {
       {"trainer", {{"what", p.trainer}, {"flops_per_s", p.trainer_flops_per_s}}},
   };
   if (!p.network_collectives.empty()) j["network_collectives"] = points(p.network_collectives);
+  if (p.cuda.measured()) {
+    j["cuda"] = {{"device", p.cuda.device},
+                 {"devices", p.cuda.devices},
+                 {"hbm_copy_bytes_per_s", p.cuda.hbm_copy_bytes_per_s},
+                 {"host_to_device_bytes_per_s", p.cuda.host_to_device_bytes_per_s},
+                 {"device_to_host_bytes_per_s", p.cuda.device_to_host_bytes_per_s},
+                 {"nccl", points(p.cuda.nccl)}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -193,7 +204,7 @@ MachineProfile profile_from_json(const std::string& text, const std::string& fil
   const Reader r(file);
   r.object(j, "",
            {"format", "source", "threads", "memory", "optimizer", "nvme", "collectives",
-            "network_collectives", "trainer"});
+            "network_collectives", "trainer", "cuda"});
   if (r.text(j, "", "format") != kFormat) {
     r.fail("format", j.at("format"), std::string("expected \"") + kFormat + "\"");
   }
@@ -258,6 +269,26 @@ MachineProfile profile_from_json(const std::string& text, const std::string& fil
   // optional: a cluster's figures across nodes
   if (j.contains("network_collectives")) {
     points(j, "", "network_collectives", p.network_collectives);
+  }
+  if (j.contains("cuda")) {  // optional: a machine without a CUDA device has none
+    const json& cu = r.object(j.at("cuda"), "cuda",
+                              {"device", "devices", "hbm_copy_bytes_per_s",
+                               "host_to_device_bytes_per_s", "device_to_host_bytes_per_s", "nccl"});
+    p.cuda.device = r.text(cu, "cuda", "device");
+    p.cuda.devices = static_cast<int>(r.count(cu, "cuda", "devices", 1));
+    p.cuda.hbm_copy_bytes_per_s = r.number(cu, "cuda", "hbm_copy_bytes_per_s", 0, true);
+    p.cuda.host_to_device_bytes_per_s = r.number(cu, "cuda", "host_to_device_bytes_per_s", 0, true);
+    p.cuda.device_to_host_bytes_per_s = r.number(cu, "cuda", "device_to_host_bytes_per_s", 0, true);
+    std::vector<CollectivePoint> nccl;
+    points(cu, "cuda", "nccl", nccl);
+    for (std::size_t k = 0; k < nccl.size(); ++k) {
+      if (nccl[k].ranks > p.cuda.devices) {
+        r.fail("cuda.nccl[" + std::to_string(k) + "].ranks", cu.at("nccl")[k].at("ranks"),
+               "more ranks than cuda.devices = " + std::to_string(p.cuda.devices) +
+                   " (one GPU per rank)");
+      }
+    }
+    p.cuda.nccl = std::move(nccl);
   }
   const json& tr = r.object(r.member(j, "", "trainer"), "trainer", {"what", "flops_per_s"});
   p.trainer = r.text(tr, "trainer", "what");

@@ -24,7 +24,9 @@
 //   optimizer   the stepped elements of every in-process rank over the CPU optimizer's
 //               elements/s for the moment dtype;
 //   offload I/O the swap files' bytes read and written once a step at the NVMe rates, and the
-//               offloaded gradients and parameters copied between tiers at the copy rate.
+//               offloaded gradients and parameters copied between tiers at the copy rate (on
+//               a separate device with the profile's CUDA figures: at its device-to-host and
+//               host-to-device rates; its collectives then by NCCL's points).
 //
 // Thread safety: pure functions (the trainer's callbacks are called on the calling thread).
 #pragma once

@@ -44,6 +44,24 @@ struct CollectivePoint {
   double seconds = 0;     // > 0
 };
 
+// A CUDA device's figures (JSON "cuda", optional: absent when the machine had none; a GPU
+// cluster's written by hand): zero-env --calibrate measures them on cuda:0 and, with more than
+// one device, NCCL with one GPU per in-process rank. The chooser times a plan on a separate
+// device (--device cuda) with them: its collectives by `nccl` where it has the op, its offloaded
+// gradients and parameters crossing at the host<->device rates.
+struct CudaProfile {
+  std::string device;  // cuda:0's name ("NVIDIA H100 80GB HBM3")
+  int devices = 0;     // devices seen (0: not measured)
+  // Bytes copied per second: device to device (HBM read and written), page-locked host to
+  // device and device to page-locked host (cudaMemcpy of calibrate's cuda_copy_bytes).
+  double hbm_copy_bytes_per_s = 0;
+  double host_to_device_bytes_per_s = 0;
+  double device_to_host_bytes_per_s = 0;
+  // NCCL's collectives, as `collectives` (ranks: GPUs, one per rank; none with one GPU).
+  std::vector<CollectivePoint> nccl;
+  bool measured() const { return devices > 0; }
+};
+
 struct MachineProfile {
   std::string source;  // free text: where the figures come from (host, date, or "by hand")
   int threads = 1;     // hardware threads the figures were measured with (>= 1)
@@ -79,6 +97,8 @@ struct MachineProfile {
   double trainer_flops_per_s = 0;
   std::string trainer;
 
+  CudaProfile cuda;  // not measured: devices == 0
+
   // Elements/s of the optimizer for a moment dtype name ("f32", "bf16", "int8") stepping
   // `elements` at once (0: the large-state rate). With points for that dtype: their seconds per
   // element interpolated linearly in log(elements) between the two around it, the nearest one's
@@ -87,10 +107,11 @@ struct MachineProfile {
   // Seconds of one `op` of `bytes` per rank over `ranks`: the points of the nearest measured
   // rank count, interpolated linearly in bytes between the two around it; above the largest,
   // at the largest's bandwidth; below the smallest, the smallest's time (latency-bound).
-  // 0 for ranks <= 1 or bytes == 0. zero::Error(kConfig) when `op` has no point. across_nodes:
-  // the ranks sit on different nodes: network_collectives' points where it has one for `op`.
+  // 0 for ranks <= 1 or bytes == 0. zero::Error(kConfig) when `op` has no point. The points:
+  // network_collectives' when across_nodes and it has `op`; else cuda.nccl's when on_device and
+  // it has `op`; else collectives'.
   double collective_seconds(const std::string& op, int ranks, std::size_t bytes,
-                            bool across_nodes = false) const;
+                            bool across_nodes = false, bool on_device = false) const;
 
   // Throws zero::Error(kConfig) naming the first field out of range ("copy_bytes_per_s = -1").
   void validate() const;
@@ -121,10 +142,20 @@ struct CalibrateOptions {
   std::vector<std::size_t> sizes = {std::size_t{64} << 10, std::size_t{1} << 20,
                                     std::size_t{16} << 20};
   int repeats = 3;  // best of
+  // The CUDA device's figures (CudaProfile) where one exists: copies of cuda_copy_bytes, NCCL at
+  // each of cuda_ranks the devices allow (>= 2) and every size above.
+  bool cuda = true;
+  std::size_t cuda_copy_bytes = std::size_t{256} << 20;
+  std::vector<int> cuda_ranks = {2, 4, 8};
 };
 
 // Measures this machine (a few seconds with the defaults). trainer_flops_per_s stays 0: the
 // trainer measures itself (zero-env --calibrate with a GPT shape does).
 MachineProfile calibrate(const CalibrateOptions& options = {});
+
+namespace detail {
+// calibrate()'s CUDA part: fills p.cuda where a device exists (plan/calibrate_device.cpp).
+void calibrate_cuda(const CalibrateOptions& options, MachineProfile& p);
+}  // namespace detail
 
 }  // namespace zero

@@ -321,6 +321,47 @@ TEST(Choose, AcrossNodesHybridShardingAndQuantizedCollectivesAreCandidates) {
                         ErrorCode::kInvalidArgument, "rack");
 }
 
+// On a separate device a profile's CUDA figures time the plan: NCCL's points its collectives,
+// the host<->device rates its offloaded gradients and parameters; the CPU device ignores them.
+TEST(Choose, OnACudaDeviceTheProfilesCudaFiguresTimeThePlan) {
+  ChooseSpace s;
+  s.stages = {2};
+  s.optimizer_offload = {"none", "cpu"};
+  s.cpu_ratios = {1.0};
+  s.moment_dtypes = {"f32"};
+  s.buckets = {0};
+  World w;
+  w.ranks = 2;
+  w.device_is_host = false;
+  MachineProfile plain = profile(false), gpu = profile(false);
+  gpu.cuda.device = "by hand";
+  gpu.cuda.devices = 2;
+  gpu.cuda.hbm_copy_bytes_per_s = 1e12;
+  gpu.cuda.host_to_device_bytes_per_s = 1e9;  // 10x slower than the host copy
+  gpu.cuda.device_to_host_bytes_per_s = 1e9;
+  for (const CollectivePoint& c : plain.collectives) {
+    gpu.cuda.nccl.push_back({c.op, c.ranks, c.bytes, c.seconds / 4});
+  }
+  const std::string none = "stage 2, optimizer none, f32 moments, bucket/unit";
+  const std::string cpu = "stage 2, optimizer cpu, f32 moments, bucket/unit";
+  const Choice a = choose_config(model(), "{}", w, plain, s);
+  const Choice b = choose_config(model(), "{}", w, gpu, s);
+  ASSERT_EQ(a.candidates.size(), 2u);
+  ASSERT_EQ(b.candidates.size(), 2u);
+  EXPECT_GT(find(a, none)->time.comm, 0);
+  EXPECT_NEAR(find(b, none)->time.comm, find(a, none)->time.comm / 4, 1e-12);
+  EXPECT_EQ(find(a, none)->time.offload_io, 0);
+  EXPECT_GT(find(a, cpu)->time.offload_io, 0);
+  // The same bytes cross at 1 GB/s in place of the host's 10 GB/s copy.
+  EXPECT_NEAR(find(b, cpu)->time.offload_io, 10 * find(a, cpu)->time.offload_io,
+              1e-9 * find(b, cpu)->time.offload_io);
+  World host;
+  host.ranks = 2;
+  const Choice c = choose_config(model(), "{}", host, gpu, s);
+  const Choice d = choose_config(model(), "{}", host, plain, s);
+  EXPECT_EQ(find(c, cpu)->time.total(), find(d, cpu)->time.total());
+}
+
 TEST(Choose, TheWrittenDocumentLoadsAsTheCandidatesConfig) {
   World w;
   w.ranks = 2;

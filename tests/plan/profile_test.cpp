@@ -9,6 +9,7 @@
 #include <string>
 
 #include "expect_error.hpp"
+#include "zero/detail/cuda_runtime.hpp"
 #include "zero/profile.hpp"
 
 namespace zero {
@@ -148,6 +149,56 @@ TEST(Profile, OptimizerRateIsReadAtTheStepsSize) {
   expect_error([&] { (void)p.optimizer_per_s("f16", 1); }, ErrorCode::kInvalidArgument, "f16");
 }
 
+// A GPU machine's figures written by hand (the JSON a person types): read as written, used where
+// they apply (NCCL's points on the device, the node's otherwise), written back the same, every
+// field checked.
+TEST(Profile, CudaFiguresWrittenByHandAreReadAndChecked) {
+  json j = json::parse(to_json(sample()));
+  j["cuda"] = json::parse(R"({
+    "device": "NVIDIA H100 80GB HBM3", "devices": 8,
+    "hbm_copy_bytes_per_s": 1.5e12,
+    "host_to_device_bytes_per_s": 2.5e10, "device_to_host_bytes_per_s": 2.2e10,
+    "nccl": [{"op": "all_reduce", "ranks": 8, "bytes": 1048576, "seconds": 6e-5},
+             {"op": "all_reduce", "ranks": 8, "bytes": 268435456, "seconds": 2.5e-3}]})");
+  const MachineProfile p = profile_from_json(j.dump(), "h100.json");
+  EXPECT_TRUE(p.cuda.measured());
+  EXPECT_EQ(p.cuda.device, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(p.cuda.devices, 8);
+  EXPECT_EQ(p.cuda.hbm_copy_bytes_per_s, 1.5e12);
+  EXPECT_EQ(p.cuda.host_to_device_bytes_per_s, 2.5e10);
+  EXPECT_EQ(p.cuda.device_to_host_bytes_per_s, 2.2e10);
+  ASSERT_EQ(p.cuda.nccl.size(), 2u);
+  EXPECT_EQ(p.cuda.nccl[1].bytes, std::size_t{256} << 20);
+  // On the device: NCCL's all_reduce; its missing ops fall back to the node's points.
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 8, 1 << 20, false, true), 6e-5);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_reduce", 8, 1 << 20, false, false), 2e-3);
+  EXPECT_DOUBLE_EQ(p.collective_seconds("all_gather", 2, 1 << 20, false, true), 4e-4);
+  EXPECT_EQ(to_json(profile_from_json(to_json(p), "again")), to_json(p));
+  // Without the section: not measured, and not written.
+  EXPECT_FALSE(sample().cuda.measured());
+  EXPECT_FALSE(json::parse(to_json(sample())).contains("cuda"));
+
+  auto bad = [&](const std::function<void(json&)>& edit, const std::string& key,
+                 const std::string& value) {
+    expect_bad(
+        [&](json& k) {
+          k["cuda"] = j["cuda"];
+          edit(k["cuda"]);
+        },
+        key, value);
+  };
+  bad([](json& c) { c["hbm_copy_bytes_per_s"] = 0; }, "cuda.hbm_copy_bytes_per_s", "0");
+  bad([](json& c) { c["host_to_device_bytes_per_s"] = "fast"; }, "cuda.host_to_device_bytes_per_s",
+      "\"fast\"");
+  bad([](json& c) { c.erase("device_to_host_bytes_per_s"); }, "cuda.device_to_host_bytes_per_s",
+      "null");
+  bad([](json& c) { c["devices"] = 0; }, "cuda.devices", "0");
+  bad([](json& c) { c["pcie_gen"] = 5; }, "cuda.pcie_gen", "5");
+  bad([](json& c) { c["nccl"][0]["ranks"] = 16; }, "cuda.nccl[0].ranks", "16");
+  bad([](json& c) { c["nccl"][1]["op"] = "send"; }, "cuda.nccl[1].op", "send");
+  bad([](json& c) { c["nccl"] = 1; }, "cuda.nccl", "1");
+}
+
 TEST(Profile, CalibrationGivesAValidProfile) {
   CalibrateOptions o;
   o.copy_bytes = 4 << 20;
@@ -158,6 +209,8 @@ TEST(Profile, CalibrationGivesAValidProfile) {
   o.nvme_path = ::testing::TempDir();
   o.nvme_bytes = 4 << 20;
   o.nvme_request_bytes = 1 << 20;
+  o.cuda_copy_bytes = 16 << 20;
+  o.cuda_ranks = {2};
   const MachineProfile p = calibrate(o);
   EXPECT_NO_THROW(p.validate());
   EXPECT_EQ(p.collectives.size(), 6u);       // 3 ops x 1 rank count x 2 sizes
@@ -169,6 +222,16 @@ TEST(Profile, CalibrationGivesAValidProfile) {
   }
   EXPECT_GT(p.nvme_read_bytes_per_s, 0);
   EXPECT_EQ(p.trainer_flops_per_s, 0);  // the trainer measures itself
+  // The CUDA figures where a device exists (its copies; NCCL only with two or more), none here.
+  const int devices = detail::cuda::device_count();
+  EXPECT_EQ(p.cuda.measured(), devices > 0);
+  EXPECT_EQ(p.cuda.devices, devices);
+  if (devices > 0) {
+    EXPECT_GT(p.cuda.hbm_copy_bytes_per_s, 0);
+    EXPECT_GT(p.cuda.host_to_device_bytes_per_s, 0);
+    EXPECT_GT(p.cuda.device_to_host_bytes_per_s, 0);
+    EXPECT_EQ(p.cuda.nccl.size(), devices >= 2 ? 6u : 0u);  // 3 ops x rank count 2 x 2 sizes
+  }
   EXPECT_NO_THROW((void)profile_from_json(to_json(p), "calibrated"));
 }
 
