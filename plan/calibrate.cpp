@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "offload/nvme_swapper.hpp"
+#include "plan/calibrate_parts.hpp"
 #include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/error.hpp"
@@ -117,19 +118,8 @@ double collective_time(const std::string& op, int ranks, std::size_t bytes, int 
   ThreadGroup::run(ranks, [&](Communicator& c) {
     std::vector<float> send(count, 1.0f), recv(count, 0.0f);
     for (std::size_t k = 0; k < times.size(); ++k) {
-      c.barrier();
-      const auto t0 = Clock::now();
-      if (op == "all_reduce") {
-        c.all_reduce(send.data(), recv.data(), count, DType::kF32, ReduceOp::kSum);
-      } else if (op == "reduce_scatter") {
-        c.reduce_scatter(send.data(), recv.data(), count / static_cast<std::size_t>(ranks),
-                         DType::kF32, ReduceOp::kSum);
-      } else {
-        c.all_gather(send.data(), recv.data(), count / static_cast<std::size_t>(ranks),
-                     DType::kF32);
-      }
-      c.barrier();
-      if (c.rank() == 0) times[k] = seconds_since(t0);
+      const double s = detail::timed_collective(c, op, send.data(), recv.data(), count);
+      if (c.rank() == 0) times[k] = s;
     }
   });
   return *std::min_element(times.begin() + 1, times.end());  // the first is the warm-up
@@ -147,6 +137,23 @@ std::string source_text() {
 }
 
 }  // namespace
+
+double detail::timed_collective(Communicator& c, const std::string& op, const void* send,
+                                void* recv, std::size_t count) {
+  const std::size_t part = count / static_cast<std::size_t>(c.size());
+  c.barrier();
+  const auto t0 = Clock::now();
+  if (op == "all_reduce") {
+    c.all_reduce(send, recv, count, DType::kF32, ReduceOp::kSum);
+  } else if (op == "reduce_scatter") {
+    c.reduce_scatter(send, recv, part, DType::kF32, ReduceOp::kSum);
+  } else {
+    ZERO_CHECK(op == "all_gather", kInvalidArgument, "calibrate: no collective '", op, "'");
+    c.all_gather(send, recv, part, DType::kF32);
+  }
+  c.barrier();
+  return seconds_since(t0);
+}
 
 MachineProfile calibrate(const CalibrateOptions& o) {
   ZERO_CHECK(o.copy_bytes > 0 && !o.optimizer_sizes.empty() &&

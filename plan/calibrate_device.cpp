@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "plan/calibrate_parts.hpp"
 #include "zero/comm.hpp"
 #include "zero/detail/cuda_runtime.hpp"
 #include "zero/error.hpp"
@@ -82,17 +83,8 @@ std::vector<CollectivePoint> nccl_points(int ranks, const std::vector<std::size_
           const std::size_t count = std::max<std::size_t>(pt.bytes / 4 / n, 1) * n;
           const Mem send(count * 4, r), recv(count * 4, r);
           for (int k = 0; k <= std::max(repeats, 1); ++k) {  // k == 0: the warm-up
-            c->barrier();
-            const auto t0 = Clock::now();
-            if (pt.op == "all_reduce") {
-              c->all_reduce(send.p, recv.p, count, DType::kF32, ReduceOp::kSum);
-            } else if (pt.op == "reduce_scatter") {
-              c->reduce_scatter(send.p, recv.p, count / n, DType::kF32, ReduceOp::kSum);
-            } else {
-              c->all_gather(send.p, recv.p, count / n, DType::kF32);
-            }
-            c->barrier();
-            if (r == 0 && k > 0) pt.seconds = std::min(pt.seconds, seconds_since(t0));
+            const double s = timed_collective(*c, pt.op, send.p, recv.p, count);
+            if (r == 0 && k > 0) pt.seconds = std::min(pt.seconds, s);
           }
         }
       } catch (...) {

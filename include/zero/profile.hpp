@@ -153,9 +153,4 @@ struct CalibrateOptions {
 // trainer measures itself (zero-env --calibrate with a GPT shape does).
 MachineProfile calibrate(const CalibrateOptions& options = {});
 
-namespace detail {
-// calibrate()'s CUDA part: fills p.cuda where a device exists (plan/calibrate_device.cpp).
-void calibrate_cuda(const CalibrateOptions& options, MachineProfile& p);
-}  // namespace detail
-
 }  // namespace zero
