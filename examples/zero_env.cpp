@@ -6,9 +6,10 @@
 //
 // --calibrate: measures the machine profile the configuration chooser times steps with
 // (zero/profile.hpp: memory copy, the CPU optimizer per moment dtype, NVMe under --nvme-path,
-// the in-process communicator's collectives; with --gpt or a shape flag, the GPT trainer's FLOP/s
-// at that shape and --batch with --ranks in-process ranks computing together, default 2) and
-// writes it as JSON to --out FILE (default: stdout).
+// the in-process communicator's collectives; on a machine with a CUDA device its copy, host <->
+// device and, with two or more devices, NCCL's collectives; with --gpt or a shape flag, the GPT
+// trainer's FLOP/s at that shape and --batch with --ranks in-process ranks computing together,
+// default 2) and writes it as JSON to --out FILE (default: stdout).
 //
 //   zero-env [--config ds.json] [--zero-stage N] [--set key.path=value]... [--mib N]
 //            [--nvme-probe DIR]
@@ -80,12 +81,26 @@ int run_calibrate(const std::string& nvme_path, const std::string& out, bool gpt
   }
   std::fprintf(stderr,
                "calibrated in %.1f s: copy %.2f GB/s; optimizer %.0f / %.0f / %.0f M elements/s "
-               "(f32 / bf16 / int8 moments)",
+               "(f32 / bf16 / int8 moments, the largest size)",
                seconds_since(t0), p.copy_bytes_per_s / 1e9, p.optimizer_f32_per_s / 1e6,
                p.optimizer_bf16_per_s / 1e6, p.optimizer_int8_per_s / 1e6);
+  std::fprintf(stderr, " [by size:");
+  for (const zero::OptimizerPoint& o : p.optimizer_points) {
+    std::fprintf(stderr, " %s %zu Ki %.0f", o.moment_dtype.c_str(), o.elements >> 10,
+                 o.per_s / 1e6);
+  }
+  std::fprintf(stderr, "]");
   if (p.nvme_read_bytes_per_s > 0) {
     std::fprintf(stderr, "; nvme read %.2f GB/s, write %.2f GB/s", p.nvme_read_bytes_per_s / 1e9,
                  p.nvme_write_bytes_per_s / 1e9);
+  }
+  if (p.cuda.measured()) {
+    std::fprintf(stderr,
+                 "; cuda:0 %s (%d devices): copy %.0f GB/s, host->device %.1f GB/s, "
+                 "device->host %.1f GB/s, %zu NCCL points",
+                 p.cuda.device.c_str(), p.cuda.devices, p.cuda.hbm_copy_bytes_per_s / 1e9,
+                 p.cuda.host_to_device_bytes_per_s / 1e9, p.cuda.device_to_host_bytes_per_s / 1e9,
+                 p.cuda.nccl.size());
   }
   if (p.trainer_flops_per_s > 0) {
     std::fprintf(stderr, "; trainer %.2f GFLOP/s (%s)", p.trainer_flops_per_s / 1e9,

@@ -44,10 +44,14 @@ std::vector<Combo> product(const std::vector<Axis>& axes) {
   return out;
 }
 
-// The space's axes for one stage: NVMe only with a path; parameter offload, prefetch and
-// persistence only at stage 3 (DeepSpeed's "valid only with stage 3": not enumerated elsewhere).
-std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w) {
+// The space's axes for one stage: NVMe only with a path; parameter offload, prefetch (with its
+// max-live bound), persistence and quantized collectives only at stage 3 (DeepSpeed's "valid only
+// with stage 3": not enumerated elsewhere); hybrid sharding and quantized collectives only across
+// nodes. largest_unit: the model's largest unit in elements (max_live 0 stands for twice it).
+std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w,
+                          std::int64_t largest_unit) {
   const bool nvme = !w.nvme_path.empty();
+  const bool nodes = w.local() < w.ranks && w.ranks % w.local() == 0;
   const std::string z = "zero_optimization.";
   Axis opt;
   for (const std::string& o : s.optimizer_offload) {
@@ -86,9 +90,21 @@ std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w) {
   axes.push_back(moments);
   axes.push_back(buckets);
   if (stage == 3) {
+    const std::int64_t kDefaultLive = ZeroOptimizationConfig{}.stage3_max_live_parameters;
     for (std::int64_t v : s.prefetch) {
-      prefetch.push_back({{z + "stage3_prefetch_bucket_size=" + std::to_string(v)},
-                          ", prefetch " + std::to_string(v)});
+      const Combo p{{z + "stage3_prefetch_bucket_size=" + std::to_string(v)},
+                    ", prefetch " + std::to_string(v)};
+      if (v == 0 || s.max_live.empty()) {  // without a prefetch max-live bounds nothing
+        prefetch.push_back(p);
+        continue;
+      }
+      for (std::int64_t m : s.max_live) {
+        const std::int64_t live = m > 0 ? m : std::max<std::int64_t>(2 * largest_unit, 1);
+        Combo c = p;
+        c.sets.push_back(z + "stage3_max_live_parameters=" + std::to_string(live));
+        if (live != kDefaultLive) c.label += ", max-live " + std::to_string(live);
+        prefetch.push_back(c);
+      }
     }
     for (std::int64_t v : s.persistence) {
       persist.push_back({{z + "stage3_param_persistence_threshold=" + std::to_string(v)},
@@ -96,6 +112,28 @@ std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w) {
     }
     axes.push_back(prefetch);
     axes.push_back(persist);
+  }
+  if (nodes && stage > 0) {
+    Axis hybrid;
+    for (const std::string& h : s.hybrid) {
+      if (h == "node") {
+        hybrid.push_back({{z + "hybrid_shard_size=" + std::to_string(w.local())},
+                          ", hybrid " + std::to_string(w.local())});
+      } else {
+        hybrid.push_back({{z + "hybrid_shard_size=0"}, ""});
+      }
+    }
+    axes.push_back(hybrid);
+  }
+  if (nodes && stage == 3) {
+    Axis quant;
+    for (const std::string& q : s.quantized) {
+      const bool qw = q == "weights" || q == "both", qg = q == "gradients" || q == "both";
+      quant.push_back({{z + "zero_quantized_weights=" + (qw ? "true" : "false"),
+                        z + "zero_quantized_gradients=" + (qg ? "true" : "false")},
+                       std::string(qw ? ", qwZ" : "") + (qg ? ", qgZ" : "")});
+    }
+    axes.push_back(quant);
   }
   ckpt.push_back({{"activation_checkpointing.number_checkpoints=0"}, ""});
   if (s.checkpoint_segments > 0) {
@@ -106,10 +144,10 @@ std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w) {
   return axes;
 }
 
-std::vector<Combo> enumerate(const ChooseSpace& s, const World& w) {
+std::vector<Combo> enumerate(const ChooseSpace& s, const World& w, std::int64_t largest_unit) {
   std::vector<Combo> out;
   for (int stage : s.stages) {
-    for (Combo& c : product(axes_of(stage, s, w))) out.push_back(std::move(c));
+    for (Combo& c : product(axes_of(stage, s, w, largest_unit))) out.push_back(std::move(c));
   }
   return out;
 }
@@ -177,11 +215,25 @@ Choice choose_config(const TrainerModel& trainer, const std::string& base_json, 
   ZERO_CHECK(world.ranks >= 1 && world.local() >= 1 && world.local() <= world.ranks,
              kInvalidArgument, "choose_config: ranks ", world.ranks, ", ranks per node ",
              world.local());
+  for (const std::string& h : space.hybrid) {
+    ZERO_CHECK(h == "none" || h == "node", kInvalidArgument, "choose_config: hybrid '", h,
+               "' (none, node)");
+  }
+  for (const std::string& q : space.quantized) {
+    ZERO_CHECK(q == "none" || q == "weights" || q == "gradients" || q == "both", kInvalidArgument,
+               "choose_config: quantized '", q, "' (none, weights, gradients, both)");
+  }
   Choice out;
   out.margin = margin;
   out.budget = budget_of(world, margin);
-  (void)ConfigBuilder().merge_json(base_json, "the base config").build();  // valid on its own
-  for (const Combo& combo : enumerate(space, world)) {
+  const Config base = ConfigBuilder().merge_json(base_json, "the base config").build();
+  std::int64_t largest_unit = 0;
+  for (const UnitSpec& u : trainer.plan_input(base).units) {
+    std::int64_t n = 0;
+    for (const ParamSpec& p : u.params) n += static_cast<std::int64_t>(p.numel());
+    largest_unit = std::max(largest_unit, n);
+  }
+  for (const Combo& combo : enumerate(space, world, largest_unit)) {
     Candidate c;
     c.label = combo.label;
     c.sets = combo.sets;

@@ -43,19 +43,32 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
   const auto bytes_of = [](std::size_t elems, double width) {
     return static_cast<std::size_t>(static_cast<double>(elems) * width);
   };
+  // The shard group (consecutive ranks) spans nodes when it is larger than one; hybrid
+  // sharding's replicas all-reduce the reduced shard across the groups, across nodes when the
+  // world is. ZeRO++ sends int8 values and a f32 scale per block (quantized_comm.hpp).
+  const bool group_net = n > w.local();
+  const bool on_device = !w.device_is_host;  // NCCL's points where the profile has them
+  const bool world_net = w.ranks > w.local();
+  const int replicas = std::max(p.in.replicas, 1);
+  const double qb = 1.0 + 4.0 / static_cast<double>(std::max<std::size_t>(p.in.quant_block, 1));
+  const double gw = p.in.quantized_weights ? qb : wb;    // the parameters' gathers
+  const double rw = p.in.quantized_gradients ? qb : rb;  // the gradients' reduce
   if (!pol.shard_optimizer) {
-    comm += prof.collective_seconds("all_reduce", n, bytes_of(p.trainable_padded, rb));
+    comm += prof.collective_seconds("all_reduce", n, bytes_of(p.trainable_padded, rb), group_net,
+                                    on_device);
   } else {
     const double reduces = pol.shard_gradients ? accum : 1.0;
     for (const detail::Bucket& b : p.reduce_buckets) {
-      comm +=
-          reduces * prof.collective_seconds("reduce_scatter", n,
-                                            bytes_of(b.shard * static_cast<std::size_t>(n), rb));
+      comm += reduces * prof.collective_seconds("reduce_scatter", n,
+                                                bytes_of(b.shard * static_cast<std::size_t>(n), rw),
+                                                group_net, on_device);
+      comm += reduces * prof.collective_seconds("all_reduce", replicas, bytes_of(b.shard, rw),
+                                                world_net, on_device);
     }
   }
   for (const detail::Bucket& b : p.gather_buckets) {
-    comm += prof.collective_seconds("all_gather", n,
-                                    bytes_of(b.shard * static_cast<std::size_t>(n), wb));
+    comm += prof.collective_seconds(
+        "all_gather", n, bytes_of(b.shard * static_cast<std::size_t>(n), wb), group_net, on_device);
   }
   std::vector<UnitId> order = pin.gather_order;
   if (order.empty()) {  // forward, then backward
@@ -66,7 +79,8 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
   double nvme_param_read = 0;
   for (UnitId u : order) {
     if (p.unit(u).kept_whole) continue;
-    comm += accum * prof.collective_seconds("all_gather", n, bytes_of(p.lay(u).padded, wb));
+    comm += accum * prof.collective_seconds("all_gather", n, bytes_of(p.lay(u).padded, gw),
+                                            group_net, on_device);
     if (p.shard_on_nvme(u)) nvme_param_read += accum * bytes_of(p.lay(u).shard, wb);
   }
   // The CPU device's collectives copy with the cores that compute: nothing hides them. A
@@ -74,9 +88,12 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
   t.comm =
       (!w.device_is_host && p.in.overlap_comm) ? std::max(0.0, comm - t.compute * 2.0 / 3.0) : comm;
 
-  // ---- optimizer: every in-process rank's stepped elements
-  const double per_s = prof.optimizer_per_s(std::string(to_string(p.in.state_dtype)));
-  t.optimizer = local * static_cast<double>(p.trainable_step) / per_s;
+  // ---- optimizer: every in-process rank's stepped elements, at the rate measured for that much
+  // state stepped at once (the ranks step together: their state shares the last-level cache)
+  const double stepped = local * static_cast<double>(p.trainable_step);
+  const double per_s = prof.optimizer_per_s(std::string(to_string(p.in.state_dtype)),
+                                            static_cast<std::size_t>(stepped));
+  t.optimizer = stepped / per_s;
 
   // ---- offload I/O: the optimizer swap file read and written once a step, the parameter swap
   // file read per gather and written after the step; offloaded gradients in and parameters out
@@ -97,7 +114,15 @@ StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& w,
                                nvme_write / prof.nvme_write_bytes_per_s);
     }
   }
-  t.offload_io += local * static_cast<double>(p.offload_step) * (rb + wb) / prof.copy_bytes_per_s;
+  // Gradients down, parameters up: across PCIe / NVLink-C2C from a CUDA device (its measured
+  // rates), a host memory copy on the CPU device.
+  const double crossing = static_cast<double>(p.offload_step);
+  if (on_device && prof.cuda.measured()) {
+    t.offload_io += crossing * (rb / prof.cuda.device_to_host_bytes_per_s +
+                                wb / prof.cuda.host_to_device_bytes_per_s);
+  } else {
+    t.offload_io += local * crossing * (rb + wb) / prof.copy_bytes_per_s;
+  }
   return t;
 }
 

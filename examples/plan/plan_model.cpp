@@ -122,8 +122,13 @@ TrainerModel units_trainer(const std::string& path) {
     return j[key].get<double>();
   };
   const auto act = static_cast<std::size_t>(number("activation_bytes"));
-  double flops = number("flops_per_micro_step");
-  if (flops == 0) flops = 6.0 * params * number("tokens_per_micro_step");
+  const double flops = number("flops_per_micro_step");
+  if (flops == 0)
+    return units_model(std::move(units), act, 6.0 * params * number("tokens_per_micro_step"));
+  return units_model(std::move(units), act, flops);
+}
+
+TrainerModel units_model(std::vector<UnitSpec> units, std::size_t activation_bytes, double flops) {
   auto shared = std::make_shared<std::vector<UnitSpec>>(std::move(units));
   TrainerModel t;
   t.plan_input = [shared](const Config& c) {
@@ -132,9 +137,19 @@ TrainerModel units_trainer(const std::string& path) {
     pin.config = c;
     return pin;
   };
-  t.trainer_bytes = [act](const Config&) { return act; };
+  t.trainer_bytes = [activation_bytes](const Config&) { return activation_bytes; };
   t.flops = [flops](const Config&) { return flops; };
   return t;
+}
+
+TrainerModel safetensors_trainer(const std::string& path, const std::string& unit_pattern,
+                                 std::size_t activation_bytes, double tokens) {
+  std::vector<UnitSpec> units = units_from_safetensors(path, unit_pattern);
+  double params = 0;
+  for (const UnitSpec& u : units) {
+    for (const ParamSpec& p : u.params) params += static_cast<double>(p.numel());
+  }
+  return units_model(std::move(units), activation_bytes, 6.0 * params * tokens);
 }
 
 }  // namespace zero::plan

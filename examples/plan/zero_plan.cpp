@@ -1,17 +1,24 @@
 // zero-plan: the fastest configuration that provably fits, chosen before a single allocation
 // (zero/choose.hpp), and why each other one lost.
 //
-//   zero-plan --profile machine.json [--layers L --dim D --heads H --seq T | --units FILE]
+//   zero-plan --profile machine.json [--layers L --dim D --heads H --seq T | --units FILE |
+//             --safetensors PATH [--unit-pattern REGEX] [--activation-bytes B] [--seq T]]
 //             [--batch B] [--ranks N] [--ranks-per-node K] [--device cpu|cuda]
 //             [--host-memory B] [--device-memory B] [--nvme-path DIR] [--nvme-capacity B]
 //             [--config ds.json] [--set key=value]... [--margin F] [--stages 0,1,2,3]
-//             [--moment-dtypes f32,bf16,int8] [--top K] [--all] [--write-config FILE]
-//             [--report FILE]
+//             [--moment-dtypes f32,bf16,int8] [--max-live 1000000000,0] [--hybrid none,node]
+//             [--quantized none,weights,gradients,both] [--top K] [--all]
+//             [--write-config FILE] [--report FILE]
 //
 // The model: the GPT trainer's shape (examples/gpt: its units, activations and workspace from its
-// own accounting) or a JSON list of units (plan/plan_model.hpp). The written config is the
+// own accounting), a JSON list of units (plan/plan_model.hpp), or a safetensors file / Hugging
+// Face sharded set read from its headers alone (zero/choose.hpp units_from_safetensors: a unit per
+// layer prefix by default, --unit-pattern to group otherwise; activations declared with
+// --activation-bytes, FLOPs 6 x parameters x batch x seq). The written config is the
 // DeepSpeed JSON zero-train --config takes (micro batch, stage, tiers, moment dtype, buckets,
-// stage-3 prefetch and persistence, activation_checkpointing.number_checkpoints).
+// stage-3 prefetch, max-live and persistence, activation_checkpointing.number_checkpoints; across
+// nodes (--ranks-per-node below --ranks) hybrid_shard_size and zero_quantized_weights /
+// _gradients).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -145,9 +152,12 @@ void write_report(const Choice& ch, const World& w, const std::string& path) {
 
 int run(int argc, char** argv) {
   CLI::App app{"zero-plan: the fastest zero configuration that provably fits, and why"};
+  std::string safetensors_path, unit_pattern = kLayerUnitPattern, activation_bytes;
   std::string profile_path, units_path, config_path, write_config, report, device = "cpu";
   std::string host_mem, device_mem, nvme_cap, nvme_path, stages = "0,1,2,3",
                                                          dtypes = "f32,bf16,int8";
+  std::string max_live = "1000000000,0", hybrid = "none,node",
+              quantized = "none,weights,gradients,both";
   std::vector<std::string> sets;
   gpt::GptConfig g;
   g.layers = 4;  // zero-train's default shape
@@ -158,6 +168,16 @@ int run(int argc, char** argv) {
   app.add_option("--profile", profile_path, "machine profile (zero-env --calibrate --out FILE)")
       ->required();
   app.add_option("--units", units_path, "the model as a JSON list of units (instead of GPT)");
+  app.add_option("--safetensors", safetensors_path,
+                 "the model from a safetensors file, a sharded set's index or their directory "
+                 "(headers only)");
+  app.add_option("--unit-pattern", unit_pattern,
+                 "with --safetensors: a regex whose first group names a tensor's unit (default: "
+                 "the layer prefix, " +
+                     std::string(kLayerUnitPattern) + "; no match: the name less its last part)");
+  app.add_option("--activation-bytes", activation_bytes,
+                 "with --safetensors: activations and workspace per rank per micro-step (e.g. "
+                 "512M; default 0)");
   app.add_option("--layers", g.layers, "GPT blocks (default 4)");
   app.add_option("--dim", g.dim, "GPT width (default 128)");
   app.add_option("--heads", g.heads, "GPT heads (default 4)");
@@ -178,6 +198,15 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.99));
   app.add_option("--stages", stages, "stages to consider (default 0,1,2,3)");
   app.add_option("--moment-dtypes", dtypes, "moment dtypes to consider (default f32,bf16,int8)");
+  app.add_option("--max-live", max_live,
+                 "stage3_max_live_parameters tried with a prefetch, elements; 0: twice the "
+                 "largest unit (default 1000000000,0)");
+  app.add_option("--hybrid", hybrid,
+                 "across nodes: none and/or node (hybrid_shard_size = ranks per node; default "
+                 "none,node)");
+  app.add_option("--quantized", quantized,
+                 "across nodes at stage 3: none, weights (qwZ), gradients (qgZ), both (default "
+                 "all four)");
   app.add_option("--top", top, "runner-ups shown (default 8)");
   app.add_flag("--all", all, "show every configuration considered");
   app.add_option("--write-config", write_config, "write the choice as DeepSpeed JSON");
@@ -219,11 +248,32 @@ int run(int argc, char** argv) {
   space.stages.clear();
   for (const std::string& s : split(stages)) space.stages.push_back(gpt::flag_int("--stages", s));
   space.moment_dtypes = split(dtypes);
+  space.max_live.clear();
+  for (const std::string& m : split(max_live)) {
+    const double v = gpt::flag_bytes("--max-live", m);
+    ZERO_CHECK(v >= 0, kInvalidArgument, "--max-live expects elements >= 0, got '", m, "'");
+    space.max_live.push_back(static_cast<std::int64_t>(v));
+  }
+  space.hybrid = split(hybrid);
+  space.quantized = split(quantized);
   TrainerModel trainer;
   std::string model_text;
+  ZERO_CHECK(units_path.empty() || safetensors_path.empty(), kInvalidArgument,
+             "zero-plan: --units and --safetensors are two models: give one");
   if (!units_path.empty()) {
     trainer = plan::units_trainer(units_path);
     model_text = units_path;
+  } else if (!safetensors_path.empty()) {
+    trainer = plan::safetensors_trainer(safetensors_path, unit_pattern,
+                                        bytes("--activation-bytes", activation_bytes),
+                                        static_cast<double>(batch) * g.seq);
+    const PlanInput pin = trainer.plan_input(base);
+    std::size_t params = 0;
+    for (const UnitSpec& u : pin.units) {
+      for (const ParamSpec& p : u.params) params += p.numel();
+    }
+    model_text = safetensors_path + " (" + std::to_string(pin.units.size()) + " units, " +
+                 std::to_string(params) + " parameters)";
   } else {
     if (g.vocab == 0) g.vocab = gpt::CharCorpus::from_file(gpt::kDefaultCorpus).vocab_size();
     g.validate();

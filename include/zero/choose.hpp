@@ -2,24 +2,31 @@
 // single allocation, and why every other one lost.
 //
 // The chooser enumerates configurations over a space (stage, optimizer offload tier and ratio,
-// parameter offload, moment dtype, reduce / all-gather buckets, stage-3 prefetch and persistence,
-// activation checkpointing), each built through the config reader (ConfigBuilder: a combination
-// the reader refuses is not a candidate, and what is written back loads). For each it takes the
-// bytes per tier from the planner — the engine's placement summed (zero/plan.hpp), plus what the
-// trainer declares per rank (activations, workspace) — and checks them against the world's
-// budgets less a margin (zero/fit.hpp). It predicts the step time from a machine profile
-// (zero/profile.hpp) by phase:
+// parameter offload (its tier: the engine has no parameter offload ratio), moment dtype, reduce /
+// all-gather buckets, stage-3 prefetch with its max-live bound and persistence, activation
+// checkpointing; across nodes, hybrid sharding and ZeRO++'s quantized collectives), each built
+// through the config reader (ConfigBuilder: a combination the reader refuses is not a candidate,
+// and what is written back loads). For each it takes the bytes per tier from the planner — the
+// engine's placement summed (zero/plan.hpp), plus what the trainer declares per rank (activations,
+// workspace) — and checks them against the world's budgets less a margin (zero/fit.hpp). It
+// predicts the step time from a machine profile (zero/profile.hpp) by phase:
 //   compute     the trainer's FLOPs of the step over its measured FLOP/s (in-process ranks share
 //               the process's cores: their FLOPs add up);
 //   comm        the collectives the placement's buckets and shards imply (reduce per bucket,
 //               post-step all-gather per bucket, stage-3 gathers per unit of the gather order),
-//               each timed by the profile's measured points; all exposed on the CPU device (its
+//               each timed by the profile's measured points (a group spanning nodes by its
+//               network points where it has them; hybrid sharding: the shard's collectives in
+//               the node, the replicas' all-reduce of the reduced shard across nodes; quantized
+//               collectives at their int8 bytes plus a f32 scale per block, the quantizing
+//               itself not counted); all exposed on the CPU device (its
 //               collectives copy with the cores that compute), hidden behind the backward's
 //               compute up to 2/3 of the compute on a separate device with overlap_comm;
 //   optimizer   the stepped elements of every in-process rank over the CPU optimizer's
 //               elements/s for the moment dtype;
 //   offload I/O the swap files' bytes read and written once a step at the NVMe rates, and the
-//               offloaded gradients and parameters copied between tiers at the copy rate.
+//               offloaded gradients and parameters copied between tiers at the copy rate (on
+//               a separate device with the profile's CUDA figures: at its device-to-host and
+//               host-to-device rates; its collectives then by NCCL's points).
 //
 // Thread safety: pure functions (the trainer's callbacks are called on the calling thread).
 #pragma once
@@ -34,6 +41,7 @@
 #include "zero/fit.hpp"
 #include "zero/plan.hpp"
 #include "zero/profile.hpp"
+#include "zero/unit.hpp"
 
 namespace zero {
 
@@ -60,9 +68,18 @@ struct ChooseSpace {
   // reduce_bucket_size and allgather_bucket_size, together (elements; 0: a bucket per unit).
   std::vector<std::int64_t> buckets = {0, 500'000'000};
   std::vector<std::int64_t> prefetch = {0, 50'000'000};  // stage3_prefetch_bucket_size
+  // stage3_max_live_parameters with a prefetch (it bounds nothing else): the reader's default
+  // (DeepSpeed's 1e9, not shown in the label) and 0, which stands for twice the model's largest
+  // unit (the unit in use and one prefetched).
+  std::vector<std::int64_t> max_live = {1'000'000'000, 0};
   std::vector<std::int64_t> persistence = {0, 100'000};  // stage-3 persistence threshold
   // activation_checkpointing.number_checkpoints tried besides 0 (off); 0 here: only off.
   int checkpoint_segments = 0;
+  // Across nodes only (World::ranks_per_node dividing ranks, fewer than them): "none" and
+  // "node" (hybrid_shard_size = the ranks of a node: shard inside it, replicate across), stages
+  // 1-3; and at stage 3 ZeRO++'s "none", "weights" (qwZ), "gradients" (qgZ), "both".
+  std::vector<std::string> hybrid = {"none", "node"};
+  std::vector<std::string> quantized = {"none", "weights", "gradients", "both"};
 };
 
 // What the trainer tells about its model, for a candidate's config.
@@ -122,6 +139,30 @@ Choice choose_config(const TrainerModel& trainer, const std::string& base_json, 
 // them (a value that parses as JSON is that value, else a string): the config a person reads and
 // zero-train --config loads. Throws kConfig when `json` is not a JSON object.
 std::string config_document(const std::string& json, const std::vector<std::string>& sets);
+
+// ---- a model's units from a safetensors header
+
+// The default unit pattern: a layer prefix, "model.layers.12" of "model.layers.12.mlp.up.weight"
+// (the name up to its first all-digit component).
+inline constexpr const char* kLayerUnitPattern = R"(^(.*?\.[0-9]+)(\.|$))";
+
+// The unit a tensor belongs to: `unit_pattern`'s (ECMAScript) first capture group, or its whole
+// match without one, where it matches the name; otherwise the name less its last component
+// ("model.norm.weight" -> "model.norm", "lm_head.weight" -> "lm_head"). zero::Error(kConfig)
+// naming the pattern when it is not a regular expression.
+std::string unit_of_tensor(const std::string& tensor, const std::string& unit_pattern);
+
+// The units of a safetensors file or a Hugging Face sharded set (`path`: a .safetensors file,
+// model.safetensors.index.json, or a directory holding one of them), read from the headers only
+// (never the data; every header checked by the checkpoint layer's reader, an error naming the
+// file and the tensor). Each floating-point tensor (F64, F32, F16, BF16, F8_*) becomes a
+// trainable parameter of the unit unit_of_tensor() names (a scalar one of shape [1]); integer and
+// bool tensors (buffers: position ids, masks) and empty ones are not parameters and are left out.
+// Units and the parameters in each are in natural order (digit runs compared as numbers:
+// "layers.2" before "layers.10"). The tensors' dtype does not matter: the config's working dtype
+// decides the bytes.
+std::vector<UnitSpec> units_from_safetensors(const std::string& path,
+                                             const std::string& unit_pattern = kLayerUnitPattern);
 
 // The predicted time of one candidate's config (what choose_config fills in), or why not.
 StepTime predict_step(const Candidate& c, const PlanInput& pin, const World& world,

@@ -175,6 +175,8 @@ TEST(Choose, ASeparateDeviceIsBudgetedPerRankAndItsHostTierPerNode) {
   s.buckets = {0};
   s.prefetch = {0};
   s.persistence = {0};
+  s.hybrid = {"none"};
+  s.quantized = {"none"};
   World w;
   w.ranks = 4;
   w.ranks_per_node = 2;
@@ -231,6 +233,133 @@ TEST(Choose, WithoutNvmeFiguresNvmeCandidatesAreUntimedNotChosen) {
   ASSERT_EQ(ch.candidates.size(), 1u);
   EXPECT_NE(ch.candidates[0].untimed.find("NVMe"), std::string::npos) << ch.candidates[0].untimed;
   EXPECT_GT(ch.candidates[0].plan.nvme[static_cast<std::size_t>(MemCategory::kOptimizerState)], 0u);
+}
+
+TEST(Choose, MaxLiveIsEnumeratedWithAPrefetchAndBoundsTheGatheredUnits) {
+  World w;
+  w.ranks = 2;
+  ChooseSpace s;
+  s.stages = {3};
+  s.optimizer_offload = {"none"};
+  s.param_offload = {"none"};
+  s.moment_dtypes = {"f32"};
+  s.buckets = {0};
+  s.persistence = {0};
+  const Choice ch = choose_config(model(), "{}", w, profile(false), s);
+  // prefetch 0 (max-live bounds nothing), prefetch 5e7 at the default and at twice a unit
+  ASSERT_EQ(ch.candidates.size(), 3u);
+  const std::string head = "stage 3, optimizer none, params none, f32 moments, bucket/unit, ";
+  const Candidate* bounded = find(ch, head + "prefetch 50000000, max-live 131584, persist 0");
+  const Candidate* open = find(ch, head + "prefetch 50000000, persist 0");
+  const Candidate* none = find(ch, head + "prefetch 0, persist 0");
+  ASSERT_TRUE(bounded != nullptr && open != nullptr && none != nullptr);
+  EXPECT_EQ(bounded->config.zero_optimization.stage3_max_live_parameters, 2 * (256 * 256 + 256));
+  EXPECT_EQ(open->config.zero_optimization.stage3_max_live_parameters, 1'000'000'000);
+  // Six units prefetched without a bound, two live with it, one without a prefetch.
+  EXPECT_LT(bounded->plan.gathered_param_bytes, open->plan.gathered_param_bytes);
+  EXPECT_GT(bounded->plan.gathered_param_bytes, none->plan.gathered_param_bytes);
+}
+
+// 4 ranks on 2 nodes of 2 with a separate device: hybrid sharding at stages 1-3 and quantized
+// collectives at stage 3 are candidates (on one node neither is); bytes are the planner's; with a
+// network 10x slower than the node, hybrid's predicted communication is below the flat sharding's
+// (its gathers stay in the node), with the node's figures alone above it (the replicas'
+// all-reduce added); qwZ's gathers cost less than 16-bit ones.
+TEST(Choose, AcrossNodesHybridShardingAndQuantizedCollectivesAreCandidates) {
+  ChooseSpace s;
+  s.optimizer_offload = {"none"};
+  s.param_offload = {"none"};
+  s.moment_dtypes = {"f32"};
+  s.buckets = {0};
+  s.prefetch = {0};
+  s.persistence = {0};
+  World w;
+  w.ranks = 4;
+  w.ranks_per_node = 2;
+  w.device_is_host = false;
+  const std::string base = R"({"bf16": {"enabled": true}})";
+  MachineProfile net = profile(false);
+  net.trainer_flops_per_s = 1e15;  // compute hides little communication (overlap_comm at stage 3)
+  for (const CollectivePoint& c : net.collectives) {
+    net.network_collectives.push_back({c.op, c.ranks, c.bytes, 10 * c.seconds});
+  }
+  const Choice ch = choose_config(model(), base, w, net, s);
+  // stage 0: 1; stages 1-2: 2 each (hybrid); stage 3: 2 x 4 (hybrid x quantized)
+  ASSERT_EQ(ch.candidates.size(), 1u + 2 + 2 + 8);
+  for (const Candidate& c : ch.candidates) {
+    PlanInput pin = model().plan_input(c.config);
+    pin.ranks = 4;
+    EXPECT_EQ(plan_engine_memory(pin).bytes, c.plan.bytes) << c.label;
+  }
+  const std::string s3 =
+      "stage 3, optimizer none, params none, f32 moments, bucket/unit, prefetch 0, "
+      "persist 0";
+  const Candidate* flat = find(ch, s3);
+  const Candidate* hyb = find(ch, s3 + ", hybrid 2");
+  const Candidate* qw = find(ch, s3 + ", qwZ");
+  const Candidate* qg = find(ch, s3 + ", hybrid 2, qwZ, qgZ");
+  ASSERT_TRUE(flat != nullptr && hyb != nullptr && qw != nullptr && qg != nullptr);
+  EXPECT_EQ(hyb->config.zero_optimization.hybrid_shard_size, 2);
+  EXPECT_TRUE(qw->config.zero_optimization.zero_quantized_weights);
+  EXPECT_TRUE(qg->config.zero_optimization.zero_quantized_gradients);
+  EXPECT_LT(hyb->time.comm, flat->time.comm);
+  EXPECT_LT(qw->time.comm, flat->time.comm);
+  EXPECT_LT(qg->time.comm, hyb->time.comm);
+  // Stage 3 shards over 2 ranks with hybrid: more parameter bytes per rank than over 4.
+  EXPECT_GT(hyb->plan.at(MemCategory::kParams16), flat->plan.at(MemCategory::kParams16));
+
+  MachineProfile node = profile(false);
+  node.trainer_flops_per_s = 1e15;
+  const Choice same = choose_config(model(), base, w, node, s);
+  EXPECT_GT(find(same, s3 + ", hybrid 2")->time.comm, find(same, s3)->time.comm);
+
+  World one = w;
+  one.ranks_per_node = 4;
+  EXPECT_EQ(choose_config(model(), base, one, net, s).candidates.size(), 4u);
+  s.hybrid = {"rack"};
+  testing::expect_error([&] { (void)choose_config(model(), base, w, net, s); },
+                        ErrorCode::kInvalidArgument, "rack");
+}
+
+// On a separate device a profile's CUDA figures time the plan: NCCL's points its collectives,
+// the host<->device rates its offloaded gradients and parameters; the CPU device ignores them.
+TEST(Choose, OnACudaDeviceTheProfilesCudaFiguresTimeThePlan) {
+  ChooseSpace s;
+  s.stages = {2};
+  s.optimizer_offload = {"none", "cpu"};
+  s.cpu_ratios = {1.0};
+  s.moment_dtypes = {"f32"};
+  s.buckets = {0};
+  World w;
+  w.ranks = 2;
+  w.device_is_host = false;
+  MachineProfile plain = profile(false), gpu = profile(false);
+  gpu.cuda.device = "by hand";
+  gpu.cuda.devices = 2;
+  gpu.cuda.hbm_copy_bytes_per_s = 1e12;
+  gpu.cuda.host_to_device_bytes_per_s = 1e9;  // 10x slower than the host copy
+  gpu.cuda.device_to_host_bytes_per_s = 1e9;
+  for (const CollectivePoint& c : plain.collectives) {
+    gpu.cuda.nccl.push_back({c.op, c.ranks, c.bytes, c.seconds / 4});
+  }
+  const std::string none = "stage 2, optimizer none, f32 moments, bucket/unit";
+  const std::string cpu = "stage 2, optimizer cpu, f32 moments, bucket/unit";
+  const Choice a = choose_config(model(), "{}", w, plain, s);
+  const Choice b = choose_config(model(), "{}", w, gpu, s);
+  ASSERT_EQ(a.candidates.size(), 2u);
+  ASSERT_EQ(b.candidates.size(), 2u);
+  EXPECT_GT(find(a, none)->time.comm, 0);
+  EXPECT_NEAR(find(b, none)->time.comm, find(a, none)->time.comm / 4, 1e-12);
+  EXPECT_EQ(find(a, none)->time.offload_io, 0);
+  EXPECT_GT(find(a, cpu)->time.offload_io, 0);
+  // The same bytes cross at 1 GB/s in place of the host's 10 GB/s copy.
+  EXPECT_NEAR(find(b, cpu)->time.offload_io, 10 * find(a, cpu)->time.offload_io,
+              1e-9 * find(b, cpu)->time.offload_io);
+  World host;
+  host.ranks = 2;
+  const Choice c = choose_config(model(), "{}", host, gpu, s);
+  const Choice d = choose_config(model(), "{}", host, plain, s);
+  EXPECT_EQ(find(c, cpu)->time.total(), find(d, cpu)->time.total());
 }
 
 TEST(Choose, TheWrittenDocumentLoadsAsTheCandidatesConfig) {

@@ -99,4 +99,19 @@ DeviceMemoryInfo mem_info(int device) {
   return info;
 }
 
+void copy_sync(void* dst, const void* src, std::size_t bytes, int device) {
+  check(cudaSetDevice(device), "cudaSetDevice", bytes, device);
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy", bytes, device);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy", bytes, device);
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return prop.name;
+}
+
 }  // namespace zero::detail::cuda

@@ -21,5 +21,9 @@ void* host_alloc(std::size_t bytes) {
 }
 void host_free(void*) noexcept {}
 DeviceMemoryInfo mem_info(int) { return {}; }
+void copy_sync(void*, const void*, std::size_t bytes, int device) {
+  ZERO_THROW(kCuda, "cannot copy ", bytes, " bytes on cuda:", device, ": ", unavailable_reason());
+}
+std::string device_name(int) { return {}; }
 
 }  // namespace zero::detail::cuda

@@ -27,5 +27,11 @@ void device_memset(void* p, int value, std::size_t bytes, int device);
 void* host_alloc(std::size_t bytes);  // cudaHostAlloc; throws
 void host_free(void* p) noexcept;
 DeviceMemoryInfo mem_info(int device);
+// Copies `bytes` between any two of device and page-locked host memory on `device` and waits for
+// the device to finish (cudaMemcpy, then cudaDeviceSynchronize: a device-to-device copy may return
+// early); the calibration times it. Throws kCuda.
+void copy_sync(void* dst, const void* src, std::size_t bytes, int device);
+// The device's name ("NVIDIA H100 80GB HBM3"); empty when it cannot be read.
+std::string device_name(int device);
 
 }  // namespace zero::detail::cuda
