@@ -231,6 +231,7 @@ GatherGuard Engine::gather(UnitId u) {
   m.lay_out();
   m.open_window();
   detail::PhaseTimer phase(m.window.gather_s, m.tracer, TraceLane::kEngine, "gather", u);
+  m.comm.set_phase("gather", u);  // the flight recorder
   m.gatherer->gather(u);
   return GatherGuard(this, u);
 }
@@ -277,6 +278,7 @@ void Engine::grads_ready(UnitId u) {
              "') called twice in one micro-step");
   m.open_window();
   detail::PhaseTimer phase(m.window.grads_ready_s, m.tracer, TraceLane::kEngine, "grads_ready", u);
+  m.comm.set_phase("grads_ready", u);  // the flight recorder
   m.reducer->set_final_micro_step(m.final_micro_step());
   m.reducer->grads_ready(u);
 }
@@ -288,6 +290,7 @@ StepResult Engine::step() {
   StepResult res;
   {
     detail::PhaseTimer phase(m.window.step_s, m.tracer, TraceLane::kEngine, "step");
+    m.comm.set_phase("step");
     res = step_impl();
   }
   res.metrics = m.close_window(res.boundary);

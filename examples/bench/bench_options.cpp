@@ -48,6 +48,10 @@ const char* const kUsage =
                           and zero_quantized_gradients; with --hybrid G, with and without it):
                           bytes per step beside the packed chunks' formula (for the default
                           reduce_bucket_size 0: a reduction per unit)
+  --comm-debug            run each stage / checkpoint / offload configuration again right
+                          after it with comm_debug detail (every collective's fingerprint
+                          checked across the MPI / NCCL ranks of an mpirun launch; in-process
+                          ranks always check): its step time beside the same one's without
   --no-progress           no progress on stderr (a terminal: a status line with the ETA;
                           otherwise one line as each configuration starts)
   --plan                  predictions only: with --params P --ranks N DESIGN.md's formulas;
@@ -110,6 +114,8 @@ Options parse(int argc, char** argv) {
       o.hybrid = gpt::flag_int(a, value());
     } else if (a == "--quantized") {
       o.quantized = true;
+    } else if (a == "--comm-debug") {
+      o.comm_debug = true;
     } else if (a == "--trace") {
       o.trace = value();
     } else if (a == "--metrics") {
@@ -190,7 +196,7 @@ OffloadChoice parse_offload(const std::string& given) {
 }
 
 Config make_config(const Options& o, int stage, const std::string& offload_item, int hybrid,
-                   bool quantized) {
+                   bool quantized, bool comm_debug) {
   const OffloadChoice choice = parse_offload(offload_item);
   const std::string& offload = choice.device;
   ConfigBuilder b;
@@ -217,6 +223,7 @@ Config make_config(const Options& o, int stage, const std::string& offload_item,
     b.set("zero_optimization.zero_quantized_weights=true", "zero-bench");
     b.set("zero_optimization.zero_quantized_gradients=true", "zero-bench");
   }
+  if (comm_debug) b.set("comm_debug=detail", "zero-bench");
   if (offload != "none") {
     b.set("zero_optimization.offload_optimizer.device=" + offload, "zero-bench");
     if (offload == "nvme") {

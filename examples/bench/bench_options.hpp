@@ -30,9 +30,10 @@ struct Options {
   std::string data = gpt::kDefaultCorpus;
   std::string json, csv, svg;
   std::string trace, metrics;
-  bool progress = true;    // --no-progress: nothing on stderr about how far the run is
-  int hybrid = 0;          // --hybrid G: also each stage >= 1 sharded over groups of G (HSDP)
-  bool quantized = false;  // --quantized: also stage 3 with qwZ + qgZ
+  bool progress = true;     // --no-progress: nothing on stderr about how far the run is
+  int hybrid = 0;           // --hybrid G: also each stage >= 1 sharded over groups of G (HSDP)
+  bool quantized = false;   // --quantized: also stage 3 with qwZ + qgZ
+  bool comm_debug = false;  // --comm-debug: each configuration again with comm_debug detail
   bool plan = false;
   double params = 0;                     // --plan --params
   int vocab = 0;                         // --plan without a corpus
@@ -54,6 +55,6 @@ OffloadChoice parse_offload(const std::string& item);
 
 // The configuration of one run: the user's file / --set, then the harness's choices.
 Config make_config(const Options& o, int stage, const std::string& offload = "none", int hybrid = 0,
-                   bool quantized = false);
+                   bool quantized = false, bool comm_debug = false);
 
 }  // namespace zero::bench

@@ -78,7 +78,8 @@ std::string label(const ConfigFigures& c) {
   return "stage " + std::to_string(c.stage) +
          (c.checkpoint == "none" ? "" : " +ckpt " + c.checkpoint) +
          (c.offload == "none" || c.offload.empty() ? "" : " +off " + c.offload) +
-         (c.hybrid > 0 ? " +hsdp " + std::to_string(c.hybrid) : "") + (c.quantized ? " +int8" : "");
+         (c.hybrid > 0 ? " +hsdp " + std::to_string(c.hybrid) : "") +
+         (c.quantized ? " +int8" : "") + (c.comm_debug ? " +comm_debug" : "");
 }
 
 std::size_t RankFigures::category(MemCategory c) const {
@@ -277,6 +278,22 @@ std::string format_summary(const std::vector<ConfigFigures>& all) {
                   trace_cols);
     os << line;
   }
+  // comm_debug detail (--comm-debug): each such configuration's step beside the same one's
+  // without the fingerprint check, measured in this run.
+  for (const auto& d : all) {
+    if (!d.comm_debug) continue;
+    for (const auto& c : all) {
+      if (c.comm_debug || c.stage != d.stage || c.checkpoint != d.checkpoint ||
+          c.offload != d.offload || c.hybrid != d.hybrid || c.quantized != d.quantized) {
+        continue;
+      }
+      const double on = d.per_rank.front().step_ms, off = c.per_rank.front().step_ms;
+      std::snprintf(line, sizeof line,
+                    "comm_debug detail, %s: step %.2f ms, %.2f ms without (ratio %s)\n",
+                    label(c).c_str(), on, off, ratio(on, off).c_str());
+      os << line;
+    }
+  }
   // Hybrid sharding and quantized collectives: what each configuration sends, and of it across
   // groups, each beside its formula.
   bool grouped = false;
@@ -310,6 +327,7 @@ std::string to_json(const std::vector<ConfigFigures>& all) {
     cj["offload"] = c.offload;
     cj["hybrid_shard_size"] = c.hybrid;
     cj["quantized"] = c.quantized;
+    cj["comm_debug"] = c.comm_debug ? "detail" : "off";
     cj["cross_group_theory_bytes_per_step"] = c.cross_group_theory_bytes;
     cj["ranks"] = c.ranks;
     cj["dtype"] = c.dtype;

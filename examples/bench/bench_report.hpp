@@ -51,6 +51,7 @@ struct ConfigFigures {
   std::string offload = "none";  // optimizer offload: none | cpu | nvme | cpu:R | nvme:R
   int hybrid = 0;                // hybrid sharding over groups of this many ranks (0: none)
   bool quantized = false;        // stage 3 with qwZ + qgZ (int8 collectives)
+  bool comm_debug = false;       // comm_debug detail: every collective's fingerprint checked
   int ranks = 1;
   std::string dtype;  // working dtype
   std::string reduce_dtype;

@@ -7,7 +7,7 @@
 //   zero-bench [--ranks N] [--steps S] [--stages 0,1,2,3] [--checkpoint none,sqrt]
 //              [--layers L] [--dim D] [--heads H] [--seq T] [--batch B] [--dtype bf16|f16|f32]
 //              [--reduce-dtype bf16|f16|f32] [--data FILE] [--config ds.json] [--set k=v]...
-//              [--offload none,cpu,nvme] [--nvme-path DIR] [--memory-budget BYTES]
+//              [--offload none,cpu,nvme] [--nvme-path DIR] [--memory-budget BYTES] [--comm-debug]
 //              [--json FILE] [--csv FILE] [--svg FILE] [--trace FILE] [--metrics FILE]
 //              [--no-progress]
 //   zero-bench --plan --params 7.5e9 --ranks 64          DESIGN.md / ZeRO-paper figures
@@ -35,6 +35,7 @@
 #include "gpt/gpt_model.hpp"
 #include "zero/activation_checkpointing.hpp"
 #include "zero/comm.hpp"
+#include "zero/comm_config.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/error.hpp"
@@ -116,7 +117,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   const int stage = kind.stage;
   const std::string& ckpt = kind.checkpoint;
   const std::string& offload = kind.offload;
-  Config cfg = make_config(o, stage, offload, kind.hybrid, kind.quantized);
+  Config cfg = make_config(o, stage, offload, kind.hybrid, kind.quantized, kind.comm_debug);
   cfg.trace.enabled = !trace_path.empty();
   gpt::GptConfig g = o.model;
   g.vocab = corpus.vocab_size();
@@ -129,6 +130,7 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   c.offload = offload;
   c.hybrid = kind.hybrid;
   c.quantized = kind.quantized;
+  c.comm_debug = kind.comm_debug;
   c.ranks = n;
   // The ranks the state is sharded over (hybrid: the group), and the groups holding copies.
   const int sharded = kind.hybrid > 0 ? kind.hybrid : n;
@@ -185,6 +187,8 @@ ConfigFigures run_config(const Options& o, const gpt::CharCorpus& corpus, const 
   std::mutex mu;
 
   auto body = [&](Communicator& comm) {
+    // This configuration's comm_debug (the MPI world outlives it: set for each one).
+    comm.set_debug(comm_options(cfg).debug);
     MemoryTracker tracker(comm.rank());
     if (o.memory_budget > 0) tracker.set_memory_budget(static_cast<std::size_t>(o.memory_budget));
     EngineOptions eo;
@@ -405,14 +409,15 @@ int run(int argc, char** argv) {
   // once (one line on stderr), not after the configurations before it ran.
   std::vector<ConfigFigures> kinds;
   auto add_kind = [&](int stage, const std::string& ck, const std::string& off, int hybrid,
-                      bool quantized = false) {
+                      bool quantized = false, bool comm_debug = false) {
     ConfigFigures k;
     k.stage = stage;
     k.checkpoint = ck;
     k.offload = off;
     k.hybrid = hybrid;
     k.quantized = quantized;
-    (void)make_config(o, stage, off, hybrid, quantized);
+    k.comm_debug = comm_debug;
+    (void)make_config(o, stage, off, hybrid, quantized, comm_debug);
     kinds.push_back(std::move(k));
   };
   for (const std::string& off : o.offloads) {
@@ -422,6 +427,8 @@ int run(int argc, char** argv) {
         // The step during backward needs the gradient partition on the host (stages 2-3).
         if (bench::parse_offload(off).overlap_step && stage < 2) continue;
         add_kind(stage, ck, off, 0);
+        // The fingerprint check's cost: the same configuration again at once, with it on.
+        if (o.comm_debug) add_kind(stage, ck, off, 0, false, true);
       }
     }
   }
@@ -456,7 +463,8 @@ int run(int argc, char** argv) {
     }
     std::string refused;
     for (const ConfigFigures& kind : kinds) {
-      const Config cfg = make_config(o, kind.stage, kind.offload, kind.hybrid, kind.quantized);
+      const Config cfg =
+          make_config(o, kind.stage, kind.offload, kind.hybrid, kind.quantized, kind.comm_debug);
       const gpt::FitResult r = gpt::check_fit(
           g, cfg, CheckpointSpec::resolve(kind.checkpoint, cfg.activation_checkpointing), o.batch,
           world_size, local, budget, /*device_is_host=*/true, o.nvme_path);
@@ -517,7 +525,7 @@ int run(int argc, char** argv) {
         std::printf("[zero-bench] timeline of %s: %s\n", bench::label(c).c_str(), path.c_str());
       }
     }
-    if (kind.stage == 0 && kind.offload == "none") {
+    if (kind.stage == 0 && kind.offload == "none" && !kind.comm_debug) {
       stage0_ms[kind.checkpoint] = c.per_rank.front().step_ms;
     }
     c.step_ms_stage0 = stage0_ms[kind.checkpoint];

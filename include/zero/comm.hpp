@@ -170,6 +170,11 @@ struct CollectiveArgs {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;  // broadcast
+  // Set by the front end: the collective's CollectiveEvent::seq and tag, and whether the backend
+  // checks the ranks' fingerprints of it before running it (CommDebug::kDetail).
+  std::uint64_t seq = 0;
+  std::int64_t tag = -1;
+  bool verify = false;
 };
 }  // namespace detail
 
@@ -206,6 +211,22 @@ class CommHandle {
   std::uint64_t seq_ = 0;
   std::int64_t tag_ = -1;
 };
+
+// ---- debugging
+
+// How much a communicator checks across ranks (CommOptions::debug; config comm_debug, env
+// ZERO_COMM_DEBUG; the meaning PyTorch's users know from TORCH_DISTRIBUTED_DEBUG).
+//   kOff     the default. The in-process backend still compares every collective's fingerprint
+//            (zero/comm/fingerprint.hpp: seq, kind, count, dtype, op, root, unit tag) across its
+//            ranks: they share memory, so it costs nothing.
+//   kDetail  MPI and NCCL also all-gather each rank's 32-byte fingerprint before every
+//            collective (one small collective more each), so ranks that disagree — one skipped
+//            a unit's gather, reduces another count, has another model — fail at the collective
+//            where they diverged, every rank with the same kInvalidArgument error naming both
+//            calls and their units, instead of hanging until the timeout.
+enum class CommDebug : std::uint8_t { kOff, kDetail };
+// "off", "detail".
+std::string_view to_string(CommDebug d) noexcept;
 
 // ---- the communicator
 
@@ -248,8 +269,27 @@ class Communicator {
   Tracer* tracer() const noexcept { return tracer_; }
   // Collectives issued so far: the seq the next collective will have (CollectiveEvent::seq).
   std::uint64_t issued() const noexcept { return seq_; }
-  // The next collective issued carries `tag` in its event and trace regions (the unit it moves).
+  // The next collective issued carries `tag` in its event and trace regions (the unit it moves)
+  // and in its fingerprint (CommDebug).
   void tag_next(std::int64_t tag) noexcept { next_tag_ = tag; }
+  // The cross-rank checks (CommDebug) of collectives issued afterwards; split() passes it on.
+  // Every rank of the group must use the same level (MPI, NCCL: the levels' collectives differ).
+  void set_debug(CommDebug level) noexcept { debug_ = level; }
+  CommDebug debug() const noexcept { return debug_; }
+  // The flight recorder: this rank keeps its last `capacity` collectives (fingerprint; issued,
+  // started, finished times) and the engine phase (set_phase), and writes them when a collective
+  // of this communicator fails (timeout, remote failure, disagreement: once, a summary to stderr,
+  // and a file when `dir` is set) or, with `dir` set, when the process gets SIGUSR1 (written, the
+  // process goes on) or SIGTERM (written, then the default action: the process ends). The files
+  // are <dir>/flight_rank<world rank>.json, read by zero-doctor (zero/comm/flight_report.hpp).
+  // The signal handlers are installed by the first recorder with a dir, once per process; they
+  // only write a byte to a pipe, a thread of the recorder's does the writing. 0: off (the
+  // default of a communicator; make_communicator() applies CommOptions::flight_recorder).
+  // split() passes it on. Call from the thread that uses the communicator.
+  void set_flight_recorder(std::size_t capacity, const std::string& dir = {});
+  // What the engine is doing (a string literal: "gather", "backward", "step", ...) and on which
+  // unit (-1: none), for the flight recorder. Cheap: two relaxed stores.
+  void set_phase(const char* phase, std::int64_t unit = -1) noexcept;
 
   // ---- collectives. Buffers are host memory for the thread and MPI backends and device memory
   // of this rank's GPU for NCCL. A count of 0 is valid (the collective still synchronises).
@@ -319,12 +359,13 @@ class Communicator {
 
  private:
   void check(const detail::CollectiveArgs& args) const;  // throws kInvalidArgument
-  CommHandle issue(const detail::CollectiveArgs& args);
-  void run(const detail::CollectiveArgs& args);
+  CommHandle issue(detail::CollectiveArgs args);
+  void run(detail::CollectiveArgs args);
   void count(const detail::CollectiveArgs& args);
 
-  // Opens the event of the collective about to be issued (when recording is on).
-  void open_event(const detail::CollectiveArgs& args);
+  // Opens the event of the collective about to be issued and stamps its seq, tag and verify
+  // into args (the flight recorder's issued time when it is on).
+  void open_event(detail::CollectiveArgs& args);
 
   int rank_;
   int size_;
@@ -340,6 +381,9 @@ class Communicator {
   std::shared_ptr<detail::EventLog> event_log_;  // shared with tasks that outlive this object
   Tracer* tracer_ = nullptr;
   std::int64_t next_tag_ = -1;
+  CommDebug debug_ = CommDebug::kOff;
+  std::size_t flight_capacity_ = 0;
+  std::string flight_dir_;
 };
 
 // ---- the in-process backend
@@ -426,6 +470,13 @@ struct CommOptions {
   // NCCL: the CUDA stream (cudaStream_t) whose earlier work every collective waits for before it
   // starts; null = the legacy default stream. The collectives run on their own stream.
   void* cuda_stream = nullptr;
+  // Cross-rank checks of every collective (see CommDebug).
+  CommDebug debug = CommDebug::kOff;
+  // The flight recorder (Communicator::set_flight_recorder): the last `flight_recorder`
+  // collectives kept (0: off), written on a failure (a summary to stderr) and, with `flight_dir`
+  // set, to <flight_dir>/flight_rank<world rank>.json on a failure or on SIGUSR1 / SIGTERM.
+  std::size_t flight_recorder = 64;
+  std::string flight_dir;
   // NCCL: the GPU of this rank; -1 = local_rank.
   int device = -1;
   // NCCL bootstrap without MPI: a file both ranks can see (shared file system). Empty = TCP at
@@ -449,5 +500,16 @@ LaunchInfo detect_launch(const CommOptions& options = {},
 // start is kCommunication (NCCL: kCuda). A backend other than auto, thread, mpi or nccl is kConfig
 // naming it; timeout_s <= 0 is kInvalidArgument.
 std::unique_ptr<Communicator> make_communicator(const CommOptions& options = {});
+
+// ---- the flight recorder's files (Communicator::set_flight_recorder), read back
+
+// The one-screen answer from the flight_rank<r>.json files in `dir` (what zero-doctor prints):
+// a line per rank of the largest group (where it is: the collective it waits at or the last it
+// finished, its phase, why its record was written), then which rank is behind and where the
+// others wait, e.g. "rank 2 stopped after seq 40 all_gather(512 x f32) unit 7, phase backward;
+// ranks 0, 1 wait at seq 41 reduce_scatter(256 x f32, sum) unit 6". A rank of the group without
+// a file is named as such (stopped, killed, or writing no records). Throws zero::Error(kIO) when
+// `dir` holds no record, kCorruption naming the file when one is not a flight record.
+std::string flight_report(const std::string& dir);
 
 }  // namespace zero

@@ -233,6 +233,15 @@ struct Config {
   // (zero/comm.hpp, not included here: the config does not depend on the communicator).
   double comm_timeout_s = 600.0;
   std::string comm_backend = "auto";  // auto | thread | mpi | nccl
+  // Cross-rank checks of every collective (zero::CommDebug, zero/comm.hpp): "off" | "detail";
+  // env ZERO_COMM_DEBUG. detail: MPI / NCCL ranks that disagree on a collective fail at it, naming
+  // both calls and their units, instead of at the timeout (one 32-byte all-gather more each).
+  std::string comm_debug = "off";
+  // The flight recorder (Communicator::set_flight_recorder): collectives kept per rank, in
+  // [0, 1e6] (0: off), and the directory each rank writes flight_rank<r>.json to on a failure, on
+  // SIGUSR1 and on SIGTERM ("": a summary to stderr on a failure only; env ZERO_COMM_FLIGHT_DIR).
+  std::size_t comm_flight_recorder = 64;
+  std::string comm_flight_dir;
   // Reduction dtype of gradients ("" = fp32 for 16-bit training, the gradient dtype otherwise).
   std::string communication_data_type;  // "" | fp32 | fp16 | bf16
 

@@ -48,6 +48,26 @@ TEST(CommConfig, TimeoutComesFromTheConfigAndTheRestFromTheOptions) {
   EXPECT_EQ("/tmp/id", o.rendezvous_file);
 }
 
+TEST(CommConfig, DebugAndFlightRecorderComeFromTheConfig) {
+  EXPECT_EQ(CommDebug::kOff, comm_options(Config{}).debug);
+  EXPECT_EQ(CommOptions{}.flight_recorder, comm_options(Config{}).flight_recorder);
+  const Config config = parse_config(
+      R"({"comm_debug": "detail", "comm_flight_recorder": 16, "comm_flight_dir": "flight"})");
+  const CommOptions o = comm_options(config);
+  EXPECT_EQ(CommDebug::kDetail, o.debug);
+  EXPECT_EQ(16u, o.flight_recorder);
+  EXPECT_EQ("flight", o.flight_dir);
+  EXPECT_THROW(parse_config(R"({"comm_debug": "info"})"), Error);
+  EXPECT_THROW(parse_config(R"({"comm_flight_recorder": -1})"), Error);
+  CommOptions single;
+  single.rank = 0;
+  single.size = 1;
+  Config on = config;
+  on.comm_flight_dir.clear();  // no signal handlers in this test process
+  auto c = make_communicator(on, single);
+  EXPECT_EQ(CommDebug::kDetail, c->debug());
+}
+
 TEST(CommConfig, MakeCommunicatorFromAConfig) {
   Config config;
   config.comm_backend = "thread";

@@ -6,6 +6,7 @@
 
 #include "zero/comm.hpp"
 #include "zero/comm/event_log.hpp"
+#include "zero/comm/fingerprint.hpp"
 #include "zero/log.hpp"
 
 namespace zero {
@@ -15,6 +16,14 @@ std::string_view to_string(ReduceOp op) noexcept {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kAvg: return "avg";
     case ReduceOp::kMax: return "max";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(CommDebug d) noexcept {
+  switch (d) {
+    case CommDebug::kOff: return "off";
+    case CommDebug::kDetail: return "detail";
   }
   return "unknown";
 }
@@ -81,7 +90,12 @@ void CommHandle::wait() {
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  request->wait();
+  try {
+    request->wait();
+  } catch (const std::exception& e) {
+    log_->failed(seq_, e.what());
+    throw;
+  }
   log_->waited(kind_, bytes_, seq_, tag_, t0, std::chrono::steady_clock::now());
 }
 
@@ -158,11 +172,26 @@ void Communicator::set_event_capacity(std::size_t n) {
 
 std::vector<CollectiveEvent> Communicator::events() const { return event_log_->snapshot(); }
 
-void Communicator::open_event(const detail::CollectiveArgs& a) {
+void Communicator::set_flight_recorder(std::size_t capacity, const std::string& dir) {
+  flight_capacity_ = capacity;
+  flight_dir_ = dir;
+  event_log_->flight().configure(capacity, world_ranks_[rank_], world_ranks_, backend());
+  if (capacity > 0) detail::register_flight_recorder(event_log_, &event_log_->flight(), dir);
+}
+
+void Communicator::set_phase(const char* phase, std::int64_t unit) noexcept {
+  event_log_->flight().set_phase(phase, unit);
+}
+
+void Communicator::open_event(detail::CollectiveArgs& a) {
   pending_event_ =
       CollectiveEvent{a.kind, a.count, a.dtype, seq_, std::chrono::steady_clock::now()};
   pending_event_.tag = std::exchange(next_tag_, -1);
   event_pending_ = true;
+  a.seq = seq_;
+  a.tag = pending_event_.tag;
+  a.verify = debug_ == CommDebug::kDetail && size_ > 1;
+  if (event_log_->flight().on()) event_log_->flight().issued(detail::fingerprint_of(a));
 }
 
 detail::EventProbe Communicator::take_event_probe() {
@@ -289,11 +318,17 @@ void Communicator::check(const detail::CollectiveArgs& a) const {
   }
 }
 
-CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
+CommHandle Communicator::issue(detail::CollectiveArgs a) {
   check(a);
   open_event(a);
   const std::uint64_t seq = seq_++;  // a collective that failed to start still took its place
-  CommHandle handle = start(a);
+  CommHandle handle;
+  try {
+    handle = start(a);
+  } catch (const std::exception& e) {
+    event_log_->failed(seq, e.what());
+    throw;
+  }
   count(a);
   if (handle.valid()) {
     handle.log_ = event_log_;
@@ -305,12 +340,17 @@ CommHandle Communicator::issue(const detail::CollectiveArgs& a) {
   return handle;
 }
 
-void Communicator::run(const detail::CollectiveArgs& a) {
+void Communicator::run(detail::CollectiveArgs a) {
   check(a);
   open_event(a);
   const std::uint64_t seq = seq_++;
   const auto t0 = std::chrono::steady_clock::now();
-  run_blocking(a);
+  try {
+    run_blocking(a);
+  } catch (const std::exception& e) {
+    event_log_->failed(seq, e.what());
+    throw;
+  }
   event_log_->waited(a.kind, a.count * dtype_size(a.dtype), seq, pending_event_.tag, t0,
                      std::chrono::steady_clock::now());
   count(a);
@@ -373,7 +413,12 @@ void Communicator::all_to_all(const void* send, void* recv, std::size_t count, D
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   ZERO_CHECK(color >= 0 || color == kNoColor, kInvalidArgument, "split color ", color,
              " must be >= 0 or Communicator::kNoColor");
-  return split_impl(color, key);
+  std::unique_ptr<Communicator> child = split_impl(color, key);
+  if (child) {
+    child->set_debug(debug_);
+    if (flight_capacity_ > 0) child->set_flight_recorder(flight_capacity_, flight_dir_);
+  }
+  return child;
 }
 
 }  // namespace zero

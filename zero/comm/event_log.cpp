@@ -29,6 +29,7 @@ void EventLog::record(const CollectiveEvent& event) {
     t->record(TraceLane::kComm, name, event.started, event.finished, event.tag, bytes, seq);
     t->record(TraceLane::kCommInFlight, name, event.issued, event.finished, event.tag, bytes, seq);
   }
+  if (flight_.on()) flight_.finished(event.seq);
   std::lock_guard lock(mu_);
   if (capacity_ == 0) return;
   // Almost always appended at the back; an out-of-order completion goes to its seq's place.
@@ -48,6 +49,11 @@ void EventLog::waited(Collective kind, std::size_t bytes, std::uint64_t seq, std
     t->record(TraceLane::kCommWait, to_string(kind).data(), begin, end, tag,
               static_cast<std::int64_t>(bytes), static_cast<std::int64_t>(seq));
   }
+}
+
+void EventLog::failed(std::uint64_t seq, const std::string& why) {
+  if (!flight_.on() || !flight_.failed(seq, why)) return;
+  write_flight_records(flight_.snapshot().world_rank, "failure: " + why);
 }
 
 std::vector<CollectiveEvent> EventLog::snapshot() const {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "zero/comm.hpp"
+#include "zero/comm/flight_recorder.hpp"
 #include "zero/trace.hpp"
 
 namespace zero::detail {
@@ -45,6 +46,11 @@ class EventLog {
   // Nanoseconds of collectives executing / of the caller blocked on them, since the last reset.
   std::uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
   std::uint64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }
+  // The flight recorder fed from the same path (flight_recorder.hpp).
+  FlightRecorder& flight() noexcept { return flight_; }
+  // The caller's wait on collective `seq` failed with `why`: the flight recorder marks it, and
+  // the first failure writes the records of this rank (stderr, and the file when configured).
+  void failed(std::uint64_t seq, const std::string& why);
   void reset_times() {
     busy_ns_.store(0, std::memory_order_relaxed);
     wait_ns_.store(0, std::memory_order_relaxed);
@@ -56,6 +62,7 @@ class EventLog {
   mutable std::mutex mu_;
   std::size_t capacity_ = 0;
   std::deque<CollectiveEvent> events_;
+  FlightRecorder flight_;
 };
 
 // One collective's event on its way to the log. Every collective has one (its execution time
@@ -71,6 +78,7 @@ class EventProbe {
   void started() {
     if (log_) [[unlikely]] {
       event_.started = std::chrono::steady_clock::now();
+      if (log_->flight().on()) log_->flight().started(event_.seq);
     }
   }
   // The collective completed successfully: stamps finished and records the event (once).

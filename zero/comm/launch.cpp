@@ -114,7 +114,9 @@ LaunchInfo detect_launch(const CommOptions& options,
   return info;
 }
 
-std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
+namespace {
+
+std::unique_ptr<Communicator> make_backend(const CommOptions& options) {
   std::string backend = options.backend.empty() ? "auto" : options.backend;
   ZERO_CHECK(backend == "auto" || backend == "thread" || backend == "mpi" || backend == "nccl",
              kConfig, "comm backend '", backend,
@@ -158,6 +160,15 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
 #else
   ZERO_THROW(kConfig, "comm_backend nccl: zero was built without CUDA (ZERO_WITH_CUDA=OFF)");
 #endif
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
+  std::unique_ptr<Communicator> comm = make_backend(options);
+  comm->set_debug(options.debug);
+  comm->set_flight_recorder(options.flight_recorder, options.flight_dir);
+  return comm;
 }
 
 }  // namespace zero

@@ -25,6 +25,7 @@
 #include "zero/comm.hpp"
 #include "zero/comm/backends.hpp"
 #include "zero/comm/event_log.hpp"
+#include "zero/comm/fingerprint.hpp"
 #include "zero/comm/host_reduce.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/log.hpp"
@@ -122,6 +123,7 @@ class MpiRuntime {
 // What the progress thread and the timeout handler share.
 struct MpiState {
   MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<int> world_ranks;  // of the group, for the fingerprint check's errors
   std::mutex mu;
   bool broken = false;
   std::string broken_reason;
@@ -191,10 +193,27 @@ void poll_request(MpiState& st, MPI_Request& req, const Completion& how, const s
     }                                                                 \
   } while (0)
 
+// CommDebug::kDetail: every rank's fingerprint of this collective, all-gathered before it runs,
+// checked by the one rule (fingerprint.hpp). Always the nonblocking all-gather, polled to the
+// deadline: MPI does not match a blocking collective with a nonblocking one, and ranks that
+// disagree may run this from different paths (a small collective inline, a large one on the
+// progress thread).
+void verify_same_call(MpiState& st, const CollectiveArgs& a, const std::string& what,
+                      const Completion& how) {
+  const Fingerprint mine = fingerprint_of(a);
+  std::vector<Fingerprint> all(st.world_ranks.size());
+  Completion polled = how;
+  polled.poll = true;
+  ZERO_MPI_RUN(polled, st, what, MPI_Allgather, MPI_Iallgather, &mine, sizeof(Fingerprint),
+               MPI_BYTE, all.data(), sizeof(Fingerprint), MPI_BYTE, st.comm);
+  check_same_call(all, st.world_ranks, what);
+}
+
 // The MPI call(s) of one collective.
 void run_collective(MpiState& st, int rank, int size, const CollectiveArgs& a,
                     const std::string& what, const Completion& how) {
   st.check_usable(what);
+  if (a.verify) verify_same_call(st, a, what, how);
   const MpiRuntime& rt = MpiRuntime::get();
   const MPI_Datatype type = MpiRuntime::type(a.dtype);
   const std::size_t es = dtype_size(a.dtype);
@@ -302,6 +321,7 @@ class MpiCommunicator final : public Communicator {
         state_(std::make_shared<MpiState>()),
         worker_(world_ranks()[rank], std::chrono::microseconds(0)) {  // MPI polls itself
     state_->comm = comm;
+    state_->world_ranks = world_ranks();
     ZERO_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI communicator");
   }
 
@@ -345,13 +365,11 @@ class MpiCommunicator final : public Communicator {
         [st = state_, r = rank(), n = size(), args, what, polled, timeout,
          me = world_ranks()[rank()], probe = take_event_probe()]() mutable {
           probe.started();
-          Completion how;
-          if (polled) {
-            how.poll = true;
-            how.timeout_s = timeout;
-            how.deadline = deadline_after(timeout);
-            how.world_rank = me;
-          }
+          Completion how;  // the deadline also bounds a fingerprint check (verify_same_call)
+          how.poll = polled;
+          how.timeout_s = timeout;
+          how.deadline = deadline_after(timeout);
+          how.world_rank = me;
           run_collective(*st, r, n, args, what, how);
           probe.finished();
         },

@@ -30,6 +30,7 @@
 #include "zero/comm.hpp"
 #include "zero/comm/backends.hpp"
 #include "zero/comm/event_log.hpp"
+#include "zero/comm/fingerprint.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/comm/rendezvous.hpp"
 #include "zero/detail/cuda_runtime.hpp"
@@ -72,6 +73,10 @@ struct NcclState {
   cudaStream_t compute = nullptr;  // the caller's stream (null: legacy default)
   int device = 0;
   float* scratch = nullptr;  // one float on the device: barrier
+  // CommDebug::kDetail: the group's fingerprints, pinned host and device (size + 1 each: the
+  // last is this rank's), allocated on first use.
+  Fingerprint* fp_host = nullptr;
+  Fingerprint* fp_dev = nullptr;
   std::mutex mu;
   bool broken = false;
   bool aborted = false;
@@ -237,6 +242,8 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(st_->comm);
     }
     cudaFree(st_->scratch);
+    cudaFree(st_->fp_dev);
+    cudaFreeHost(st_->fp_host);
     cudaStreamDestroy(st_->stream);
   }
 
@@ -269,6 +276,7 @@ class NcclCommunicator final : public Communicator {
     ZERO_CUDA_CHECK(dep, what);
 
     const auto deadline = deadline_after(timeout_s());
+    if (a.verify) verify_same_call(a, what, deadline);
     const ncclDataType_t type = nccl_type(a.dtype);
     ncclResult_t rc = ncclSuccess;
     switch (a.kind) {
@@ -318,6 +326,44 @@ class NcclCommunicator final : public Communicator {
     }
     return CommHandle(
         std::make_unique<NcclRequest>(st_, done, what, timeout_s(), std::move(probe)));
+  }
+
+  // CommDebug::kDetail: every rank's fingerprint of this collective, all-gathered on the
+  // collectives' stream before it and checked on the host by the one rule (fingerprint.hpp).
+  // The host waits for the stream here (up to the deadline): the check costs a synchronisation
+  // per collective, which is why it is a debug level.
+  void verify_same_call(const CollectiveArgs& a, const std::string& what,
+                        Clock::time_point deadline) {
+    const auto n = static_cast<std::size_t>(size());
+    const std::size_t bytes = sizeof(Fingerprint) * (n + 1);
+    if (st_->fp_dev == nullptr) {
+      ZERO_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&st_->fp_dev), bytes), what);
+      ZERO_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&st_->fp_host), bytes), what);
+    }
+    st_->fp_host[n] = fingerprint_of(a);
+    ZERO_CUDA_CHECK(cudaMemcpyAsync(st_->fp_dev + n, st_->fp_host + n, sizeof(Fingerprint),
+                                    cudaMemcpyHostToDevice, st_->stream),
+                    what);
+    st_->settle(ncclAllGather(st_->fp_dev + n, st_->fp_dev, sizeof(Fingerprint), ncclUint8,
+                              st_->comm, st_->stream),
+                what, deadline);
+    ZERO_CUDA_CHECK(cudaMemcpyAsync(st_->fp_host, st_->fp_dev, sizeof(Fingerprint) * n,
+                                    cudaMemcpyDeviceToHost, st_->stream),
+                    what);
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(st_->stream);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) ZERO_CUDA_CHECK(q, what);
+      st_->check_async(what);
+      if (Clock::now() > deadline) {
+        const std::string why = detail::cat(what, ": timed out after ", timeout_s(),
+                                            " s in the fingerprint check (comm_debug detail)");
+        st_->abort_comm(why);
+        ZERO_THROW(kTimeout, why);
+      }
+      std::this_thread::yield();
+    }
+    check_same_call(std::vector<Fingerprint>(st_->fp_host, st_->fp_host + n), world_ranks(), what);
   }
 
   std::unique_ptr<Communicator> split_impl(int color, int key) override {

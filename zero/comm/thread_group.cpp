@@ -32,6 +32,7 @@
 
 #include "zero/comm.hpp"
 #include "zero/comm/event_log.hpp"
+#include "zero/comm/fingerprint.hpp"
 #include "zero/comm/host_reduce.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/comm/thread_world.hpp"
@@ -84,20 +85,14 @@ void reduce_range(const Group& g, DType dtype, ReduceOp op, std::size_t begin, s
   if (streaming) detail::stream_fence();  // before the exit barrier publishes the results
 }
 
+// The fingerprint rule of every backend (fingerprint.hpp), on the arguments the ranks posted.
 void check_same_collective(const Group& g, const std::string& what) {
-  const CollectiveArgs& a = g.posted[0];
+  const detail::Fingerprint first = detail::fingerprint_of(g.posted[0]);
   for (int q = 1; q < g.n; ++q) {
-    const CollectiveArgs& b = g.posted[q];
-    const bool same =
-        a.kind == b.kind && a.count == b.count && a.dtype == b.dtype &&
-        (a.kind == Collective::kAllGather || a.kind == Collective::kBroadcast ||
-         a.kind == Collective::kBarrier || a.kind == Collective::kAllToAll || a.op == b.op) &&
-        (a.kind != Collective::kBroadcast || a.root == b.root);
-    ZERO_CHECK(same, kInvalidArgument, what, ": ranks disagree on the collective: rank ",
-               g.world_ranks[0], " issued ", to_string(a.kind), "(", a.count, " x ",
-               to_string(a.dtype), ", ", to_string(a.op), ", root ", a.root, "), rank ",
-               g.world_ranks[q], " issued ", to_string(b.kind), "(", b.count, " x ",
-               to_string(b.dtype), ", ", to_string(b.op), ", root ", b.root, ")");
+    if (detail::same_call(first, detail::fingerprint_of(g.posted[q]))) continue;
+    std::vector<detail::Fingerprint> all(g.n);
+    for (int p = 0; p < g.n; ++p) all[p] = detail::fingerprint_of(g.posted[p]);
+    detail::check_same_call(all, g.world_ranks, what);
   }
 }
 

@@ -354,6 +354,9 @@ Config read_config(const json& doc, std::set<std::string>* asked) {
   read_trace(r.sub("trace"), c.trace);
   r.get_num("comm_timeout_s", c.comm_timeout_s, kMinCommTimeoutS, 1e7);
   r.get("comm_backend", c.comm_backend, {"auto", "thread", "mpi", "nccl"});
+  r.get("comm_debug", c.comm_debug, {"off", "detail"});
+  r.get_int("comm_flight_recorder", c.comm_flight_recorder, 0, 1000000);
+  r.get("comm_flight_dir", c.comm_flight_dir);
   r.get("communication_data_type", c.communication_data_type, {"fp32", "fp16", "bf16"});
   for (const char* k :
        {"steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",

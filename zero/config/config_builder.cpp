@@ -371,7 +371,8 @@ ConfigBuilder& ConfigBuilder::apply_env() {
   };
   for (Var v :
        {Var{"ZERO_STAGE", "zero_optimization.stage"}, Var{"ZERO_COMM_TIMEOUT_S", "comm_timeout_s"},
-        Var{"ZERO_COMM_BACKEND", "comm_backend"},
+        Var{"ZERO_COMM_BACKEND", "comm_backend"}, Var{"ZERO_COMM_DEBUG", "comm_debug"},
+        Var{"ZERO_COMM_FLIGHT_DIR", "comm_flight_dir"},
         Var{"ZERO_OFFLOAD_OPTIMIZER", "zero_optimization.offload_optimizer.device"},
         Var{"ZERO_NVME_PATH", "zero_optimization.offload_optimizer.nvme_path"}}) {
     if (const char* val = std::getenv(v.env); val != nullptr && *val != '\0') {

@@ -108,6 +108,9 @@ std::string Config::to_json() const {
       {"comm_timeout_s", comm_timeout_s}};
   // "auto" (the default) is not accepted as a value (HuggingFace's placeholder): left out.
   if (comm_backend != "auto") j["comm_backend"] = comm_backend;
+  j["comm_debug"] = comm_debug;
+  j["comm_flight_recorder"] = comm_flight_recorder;
+  if (!comm_flight_dir.empty()) j["comm_flight_dir"] = comm_flight_dir;
   if (train_batch_size != 0) j["train_batch_size"] = train_batch_size;
   if (!communication_data_type.empty()) j["communication_data_type"] = communication_data_type;
   const auto& sc = scheduler;

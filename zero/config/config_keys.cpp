@@ -156,6 +156,9 @@ I("trace.path", "\"t.json\"", "tests/core/trace_test.cpp", "zero extension: wher
 I("trace.capacity", "100", kEng, "zero extension: events kept per rank"),
 I("comm_timeout_s", "5.0", "tests/fault/thread_rank_test.cpp", "zero extension: seconds every collective wait may take"),
 I("comm_backend", "\"thread\"", "tests/comm/comm_config_test.cpp", "zero extension: auto | thread | mpi | nccl"),
+I("comm_debug", "\"detail\"", "tests/comm/comm_config_test.cpp", "zero extension: off | detail (MPI / NCCL ranks check each collective's fingerprint)"),
+I("comm_flight_recorder", "16", "tests/comm/comm_config_test.cpp", "zero extension: collectives the flight recorder keeps per rank (0: off)"),
+I("comm_flight_dir", "\"flight\"", "tests/comm/comm_config_test.cpp", "zero extension: where each rank writes its flight record (on a failure, SIGUSR1, SIGTERM)"),
 // ---- DeepSpeed engine features outside ZeRO
 N("steps_per_print", "", "10", "DeepSpeed's engine logs every this many steps; here Engine::step() returns StepMetrics and zero-train prints its own progress"),
 N("wall_clock_breakdown", "false", "true", "DeepSpeed then times forward / backward / step; here StepMetrics carries the phases and trace.enabled the timeline"),
