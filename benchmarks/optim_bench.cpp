@@ -9,7 +9,15 @@
 //     bytes) and writes the master and the moments, with trivial arithmetic
 //     counters: GB/s (ours), ceiling_GB/s (the STREAM kernel, interleaved with ours iteration by
 //     iteration on the same buffers and threads), pct_of_ceiling = 100 x GB/s / ceiling_GB/s,
-//     pct_median: the same ratio per (step, ceiling) pair, median over the iterations
+//     pct_median: the same ratio per (step, ceiling) pair, median over the iterations;
+//     instr_per_elem and ceiling_instr_per_elem: user-space instructions retired per element by
+//     every thread of the process during the steps and during the ceiling runs (hardware
+//     counters through perf_event_open; where the host has none the label says so and the
+//     counters are absent); cpu_ns_per_elem, ceiling_cpu_ns_per_elem: the CPU time the same way
+//     (task-clock, a software counter: present in VMs) and cpu_pct_of_ceiling the CPU-time
+//     ratio as pct_of_ceiling (what the step costs a core, apart from the time other processes
+//     took it); nonfinite and subnormal: values in the shard's buffers after the run (a
+//     non-finite value fails the benchmark: exit status 1)
 //   BM_AdamW_Int8Speedup/<elements>/<threads>: the f32-moment and the int8-moment step (bf16
 //     copy, f32 gradients) interleaved iteration by iteration; speedup_median = f32 time / int8
 //     time per pair (the bytes say 30 / 18.06 = 1.66), f32_GB/s and int8_GB/s
@@ -19,11 +27,22 @@
 //     tbb_GB/s, static_GB/s, tbb_speedup_median (static / oneTBB time, median over iteration
 //     pairs). The reported time is oneTBB's.
 //
+// The data stay finite and normal for every iteration: the gradients are never 0, and the
+// ceiling kernels write every value back unchanged (x * 1 + g * 0, moments of 16 or 8 bits
+// xor 0, the factors opaque to the compiler), so what each step reads is what the step before
+// it wrote: the state of a run of that many steps on a fixed gradient.
+//
 // Run: build/<dir>/benchmarks/bench_optim [--benchmark_format=json]
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
 #include "benchmarks/benchmark_main.hpp"
+#include "benchmarks/process_counter.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -38,6 +57,7 @@
 #include <vector>
 
 #include "zero/cpu_features.hpp"
+#include "zero/dtype.hpp"
 #include "zero/memory.hpp"
 #include "zero/optimizer.hpp"
 
@@ -50,11 +70,12 @@ using zero::MemCategory;
 constexpr std::size_t kBlock = 65536;  // the optimizer's default block (elements)
 
 // ---- the ceiling: the memory traffic of Adam with trivial arithmetic
-// a = a*0.5 + b*0.25; c = c*0.5 + b*0.25; d = d*0.5 + b*0.25 (bounded values; reads a b c d,
-// writes a c d). AVX-512 when the CPU has it, else the compiler's baseline vectorisation.
+// a = a*keep + b*mix; c = c*keep + b*mix; d = d*keep + b*mix (reads a b c d, writes a c d) with
+// keep = 1, mix = 0 passed in at run time: every value written back as it was (finite b).
+// AVX-512 when the CPU has it, else the compiler's baseline vectorisation.
 __attribute__((target("avx512f"))) void stream_avx512(float* a, const float* b, float* c, float* d,
-                                                      std::size_t n) {
-  const __m512 h = _mm512_set1_ps(0.5f), q = _mm512_set1_ps(0.25f);
+                                                      std::size_t n, float keep, float mix) {
+  const __m512 h = _mm512_set1_ps(keep), q = _mm512_set1_ps(mix);
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 bq = _mm512_mul_ps(_mm512_loadu_ps(b + i), q);
@@ -63,49 +84,52 @@ __attribute__((target("avx512f"))) void stream_avx512(float* a, const float* b, 
     _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(d + i), h), bq));
   }
   for (; i < n; ++i) {
-    a[i] = a[i] * 0.5f + b[i] * 0.25f;
-    c[i] = c[i] * 0.5f + b[i] * 0.25f;
-    d[i] = d[i] * 0.5f + b[i] * 0.25f;
+    a[i] = a[i] * keep + b[i] * mix;
+    c[i] = c[i] * keep + b[i] * mix;
+    d[i] = d[i] * keep + b[i] * mix;
   }
 }
 
-void stream_plain(float* a, const float* b, float* c, float* d, std::size_t n) {
+void stream_plain(float* a, const float* b, float* c, float* d, std::size_t n, float keep,
+                  float mix) {
   for (std::size_t i = 0; i < n; ++i) {
-    a[i] = a[i] * 0.5f + b[i] * 0.25f;
-    c[i] = c[i] * 0.5f + b[i] * 0.25f;
-    d[i] = d[i] * 0.5f + b[i] * 0.25f;
+    a[i] = a[i] * keep + b[i] * mix;
+    c[i] = c[i] * keep + b[i] * mix;
+    d[i] = d[i] * keep + b[i] * mix;
   }
 }
 
-// The same with moments of 16 or 8 bits: each moment's lowest bit flipped (a mantissa bit of a
-// bf16 value, a code's or an absmax byte's low bit: the state stays finite and normal for the
-// optimizer steps interleaved with this), so the traffic is that of the moment arrays' bytes.
+// The same with moments of 16 or 8 bits, each xor `flip` (0 at run time: the moment bytes, bf16
+// values or int8 records, written back as they were), so the traffic is that of the moment
+// arrays' bytes.
 __attribute__((target("avx512f,avx512bw"))) void stream16_avx512(float* a, const float* b,
                                                                  std::uint16_t* c, std::uint16_t* d,
-                                                                 std::size_t n) {
-  const __m512 h = _mm512_set1_ps(0.5f), q = _mm512_set1_ps(0.25f);
+                                                                 std::size_t n, float keep,
+                                                                 float mix, std::uint16_t flip) {
+  const __m512 h = _mm512_set1_ps(keep), q = _mm512_set1_ps(mix);
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 bq = _mm512_mul_ps(_mm512_loadu_ps(b + i), q);
     _mm512_storeu_ps(a + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(a + i), h), bq));
     auto* pc = reinterpret_cast<__m256i*>(c + i);
     auto* pd = reinterpret_cast<__m256i*>(d + i);
-    const __m256i one = _mm256_set1_epi16(1);
+    const __m256i one = _mm256_set1_epi16(static_cast<short>(flip));
     _mm256_storeu_si256(pc, _mm256_xor_si256(_mm256_loadu_si256(pc), one));
     _mm256_storeu_si256(pd, _mm256_xor_si256(_mm256_loadu_si256(pd), one));
   }
   for (; i < n; ++i) {
-    a[i] = a[i] * 0.5f + b[i] * 0.25f;
-    c[i] ^= 1;
-    d[i] ^= 1;
+    a[i] = a[i] * keep + b[i] * mix;
+    c[i] ^= flip;
+    d[i] ^= flip;
   }
 }
 
 __attribute__((target("avx512f,avx512bw"))) void stream8_avx512(float* a, const float* b,
                                                                 std::uint8_t* c, std::uint8_t* d,
-                                                                std::size_t n) {
-  const __m512 h = _mm512_set1_ps(0.5f), q = _mm512_set1_ps(0.25f);
-  const __m128i one = _mm_set1_epi8(1);
+                                                                std::size_t n, float keep,
+                                                                float mix, std::uint8_t flip) {
+  const __m512 h = _mm512_set1_ps(keep), q = _mm512_set1_ps(mix);
+  const __m128i one = _mm_set1_epi8(static_cast<char>(flip));
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 bq = _mm512_mul_ps(_mm512_loadu_ps(b + i), q);
@@ -116,18 +140,19 @@ __attribute__((target("avx512f,avx512bw"))) void stream8_avx512(float* a, const 
     _mm_storeu_si128(pd, _mm_xor_si128(_mm_loadu_si128(pd), one));
   }
   for (; i < n; ++i) {
-    a[i] = a[i] * 0.5f + b[i] * 0.25f;
-    c[i] ^= 1;
-    d[i] ^= 1;
+    a[i] = a[i] * keep + b[i] * mix;
+    c[i] ^= flip;
+    d[i] ^= flip;
   }
 }
 
 template <typename T>
-void stream_narrow_plain(float* a, const float* b, T* c, T* d, std::size_t n) {
+void stream_narrow_plain(float* a, const float* b, T* c, T* d, std::size_t n, float keep, float mix,
+                         T flip) {
   for (std::size_t i = 0; i < n; ++i) {
-    a[i] = a[i] * 0.5f + b[i] * 0.25f;
-    c[i] ^= 1;
-    d[i] ^= 1;
+    a[i] = a[i] * keep + b[i] * mix;
+    c[i] ^= flip;
+    d[i] ^= flip;
   }
 }
 
@@ -153,7 +178,8 @@ struct Shard {
                       [&](const tbb::blocked_range<std::size_t>& r) {
                         for (std::size_t i = r.begin(); i != r.end(); ++i) {
                           pf[i] = 0.01f * static_cast<float>(i % 1000) - 5.0f;
-                          gf[i] = 0.001f * static_cast<float>(i % 777) - 0.3f;
+                          // In [-0.2995, 0.4765], never 0 (|g| >= 0.0005): no moment decays.
+                          gf[i] = 0.001f * static_cast<float>(i % 777) - 0.2995f;
                         }
                       });
     ref.count = n;
@@ -195,6 +221,13 @@ double ceiling_bytes(zero::MomentDType md) {
 // The STREAM kernel over shard s's arrays, block by block as the optimizer splits the work.
 void run_ceiling(Shard& s, std::size_t n, tbb::task_arena& arena) {
   const bool avx512 = zero::isa_supported(zero::Isa::kAvx512);
+  // The identity's factors, read from volatiles: constants the compiler could fold away (and
+  // with them the loads and stores of the moments) if it saw them.
+  volatile float keep_v = 1.0f, mix_v = 0.0f;
+  volatile std::uint8_t flip_v = 0;
+  const float keep = keep_v, mix = mix_v;
+  const std::uint8_t flip8 = flip_v;
+  const auto flip16 = static_cast<std::uint16_t>(flip8);
   arena.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, (n + kBlock - 1) / kBlock, 1),
@@ -207,19 +240,22 @@ void run_ceiling(Shard& s, std::size_t n, tbb::task_arena& arena) {
               case zero::MomentDType::kF32: {
                 float* c = s.m.as<float>() + i;
                 float* d = s.v.as<float>() + i;
-                avx512 ? stream_avx512(a, bb, c, d, len) : stream_plain(a, bb, c, d, len);
+                avx512 ? stream_avx512(a, bb, c, d, len, keep, mix)
+                       : stream_plain(a, bb, c, d, len, keep, mix);
                 break;
               }
               case zero::MomentDType::kBF16: {
                 auto* c = s.m.as<std::uint16_t>() + i;
                 auto* d = s.v.as<std::uint16_t>() + i;
-                avx512 ? stream16_avx512(a, bb, c, d, len) : stream_narrow_plain(a, bb, c, d, len);
+                avx512 ? stream16_avx512(a, bb, c, d, len, keep, mix, flip16)
+                       : stream_narrow_plain(a, bb, c, d, len, keep, mix, flip16);
                 break;
               }
               case zero::MomentDType::kInt8: {
                 auto* c = s.m.as<std::uint8_t>() + i;
                 auto* d = s.v.as<std::uint8_t>() + i;
-                avx512 ? stream8_avx512(a, bb, c, d, len) : stream_narrow_plain(a, bb, c, d, len);
+                avx512 ? stream8_avx512(a, bb, c, d, len, keep, mix, flip8)
+                       : stream_narrow_plain(a, bb, c, d, len, keep, mix, flip8);
                 break;
               }
             }
@@ -233,7 +269,101 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// ---- what the buffers hold after a run: non-finite and subnormal values per buffer
+struct Census {
+  std::string buffer;
+  std::size_t nonfinite = 0, subnormal = 0;
+};
+
+void count_value(float x, Census& c) {
+  if (!std::isfinite(x)) ++c.nonfinite;
+  if (std::fpclassify(x) == FP_SUBNORMAL) ++c.subnormal;
+}
+
+Census census_f32(const char* name, const float* x, std::size_t n) {
+  Census c{name};
+  for (std::size_t i = 0; i < n; ++i) count_value(x[i], c);
+  return c;
+}
+Census census_bf16(const char* name, const std::uint16_t* x, std::size_t n) {
+  Census c{name};
+  for (std::size_t i = 0; i < n; ++i) count_value(zero::bf16_to_f32(x[i]), c);
+  return c;
+}
+// int8 moments: records of an f32 absmax and one code per element; a code names a finite value
+// in [-1, 1], so the moments are finite where the absmax is; the absmax words are counted.
+Census census_int8(const char* name, const void* records, std::size_t n) {
+  Census c{name};
+  const std::size_t record = zero::state_bytes(zero::MomentDType::kInt8, zero::kInt8MomentBlock);
+  const auto* base = static_cast<const unsigned char*>(records);
+  for (std::size_t b = 0; b * zero::kInt8MomentBlock < n; ++b) {
+    float absmax;
+    std::memcpy(&absmax, base + b * record, sizeof absmax);
+    count_value(absmax, c);
+  }
+  return c;
+}
+
+std::vector<Census> census(const Shard& s) {
+  const std::size_t n = s.ref.count;
+  std::vector<Census> out{census_f32("master", s.p.as<float>(), n),
+                          census_f32("grad", s.g.as<float>(), n)};
+  const char* names[2] = {"m", "v"};
+  const Buffer* state[2] = {&s.m, &s.v};
+  for (int k = 0; k < 2; ++k) {
+    switch (s.moments) {
+      case zero::MomentDType::kF32:
+        out.push_back(census_f32(names[k], state[k]->as<float>(), n));
+        break;
+      case zero::MomentDType::kBF16:
+        out.push_back(census_bf16(names[k], state[k]->as<std::uint16_t>(), n));
+        break;
+      case zero::MomentDType::kInt8:
+        out.push_back(census_int8(names[k], state[k]->data(), n));
+        break;
+    }
+  }
+  if (s.ref.param_copy != nullptr) {
+    out.push_back(census_bf16("bf16 copy", s.copy.as<std::uint16_t>(), n));
+  }
+  return out;
+}
+
+// Counters `nonfinite` and `subnormal` (summed over the shards' buffers); any non-finite value
+// fails the benchmark, naming the buffers.
+void report_census(benchmark::State& state, const std::vector<const Shard*>& shards) {
+  std::size_t nonfinite = 0, subnormal = 0;
+  std::string where;
+  for (const Shard* s : shards) {
+    for (const Census& c : census(*s)) {
+      nonfinite += c.nonfinite;
+      subnormal += c.subnormal;
+      if (c.nonfinite + c.subnormal > 0) {
+        where += " " + c.buffer + ": " + std::to_string(c.nonfinite) + " non-finite, " +
+                 std::to_string(c.subnormal) + " subnormal;";
+      }
+    }
+  }
+  state.counters["nonfinite"] = static_cast<double>(nonfinite);
+  state.counters["subnormal"] = static_cast<double>(subnormal);
+  if (nonfinite > 0) zero::bench::fail(state, "non-finite values after the run:" + where);
+}
+
 // ---- BM_AdamW
+// Instructions and CPU time of every thread during one kernel's runs (perf counters).
+struct Counters {
+  zero::bench::ProcessCounter instr{zero::bench::ProcessCounter::Kind::kInstructions};
+  zero::bench::ProcessCounter cpu{zero::bench::ProcessCounter::Kind::kTaskClockNs};
+  void start() {
+    instr.start();
+    cpu.start();
+  }
+  void stop() {
+    cpu.stop();
+    instr.stop();
+  }
+};
+
 void BM_AdamW(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const int threads = static_cast<int>(state.range(1));
@@ -251,22 +381,25 @@ void BM_AdamW(benchmark::State& state) {
   opt.step(hp, s.ref, 1);
   ceiling();
   opt.init_state(hp, s.ref);
+  Counters ours_count, ceiling_count;
   double ours_s = 0, ceiling_s = 0;
   std::vector<double> ratios;  // per iteration: ceiling time / our time
   std::int64_t step = 1;
   for (auto _ : state) {
+    ours_count.start();
     auto t0 = std::chrono::steady_clock::now();
     opt.step(hp, s.ref, step++);
     const double t = seconds_since(t0);
+    ours_count.stop();
     ours_s += t;
     state.SetIterationTime(t);
+    ceiling_count.start();
     t0 = std::chrono::steady_clock::now();
     ceiling();
     const double tc = seconds_since(t0);
+    ceiling_count.stop();
     ceiling_s += tc;
     ratios.push_back(tc / t);
-    // The ceiling kernel rewrote m and v with finite values (int8: codes, and the absmax words
-    // of the records with codes too: finite, the next step stays finite).
   }
   const double iters = static_cast<double>(state.iterations());
   const double bytes_ours = static_cast<double>(n) * step_bytes(md, with_copy);
@@ -280,8 +413,24 @@ void BM_AdamW(benchmark::State& state) {
   // the median kept: robust to other processes taking a core for part of the run.
   std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
   state.counters["pct_median"] = 100.0 * ratios[ratios.size() / 2] * bytes_ours / bytes_ceiling;
+  std::string instr;
+  const double elements = static_cast<double>(n) * iters;
+  if (ours_count.instr.available() && ceiling_count.instr.available()) {
+    state.counters["instr_per_elem"] = ours_count.instr.total() / elements;
+    state.counters["ceiling_instr_per_elem"] = ceiling_count.instr.total() / elements;
+  } else {
+    instr = "; instructions per element unavailable: " + ours_count.instr.why_unavailable();
+  }
+  if (ours_count.cpu.available() && ceiling_count.cpu.available()) {
+    const double ours_cpu = ours_count.cpu.total(), ceiling_cpu = ceiling_count.cpu.total();
+    state.counters["cpu_ns_per_elem"] = ours_cpu / elements;
+    state.counters["ceiling_cpu_ns_per_elem"] = ceiling_cpu / elements;
+    state.counters["cpu_pct_of_ceiling"] =
+        100.0 * ceiling_cpu * bytes_ours / ours_cpu / bytes_ceiling;
+  }
   state.SetLabel(std::string(zero::to_string(opt.isa())) + " " + std::string(zero::to_string(md)) +
-                 " moments" + (with_copy ? " +bf16 copy" : ""));
+                 " moments" + (with_copy ? " +bf16 copy" : "") + instr);
+  report_census(state, {&s});
 }
 
 // ---- BM_AdamW_Int8Speedup
@@ -325,6 +474,7 @@ void BM_AdamW_Int8Speedup(benchmark::State& state) {
       step_bytes(zero::MomentDType::kF32, true) / step_bytes(zero::MomentDType::kInt8, true);
   state.SetLabel(std::string(zero::to_string(opt.isa())) +
                  ": int8 vs f32 moments, +bf16 copy, reported time int8's");
+  report_census(state, {&f, &q});
 }
 
 // ---- BM_AdamW_BusyNeighbour
@@ -412,6 +562,7 @@ void BM_AdamW_BusyNeighbour(benchmark::State& state) {
   std::nth_element(speedups.begin(), speedups.begin() + speedups.size() / 2, speedups.end());
   state.counters["tbb_speedup_median"] = speedups[speedups.size() / 2];
   state.SetLabel("oneTBB blocks vs static halves, one core shared with a spinner");
+  report_census(state, {&s});
 }
 
 }  // namespace

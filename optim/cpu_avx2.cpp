@@ -77,83 +77,111 @@ inline Scalars8 broadcast(const StepScalars& s) {
           s.nesterov};
 }
 
-// ---- the updates: mirrors of zero/detail/optim_math.hpp (no FMA)
+// ---- the updates: mirrors of zero/detail/optim_math.hpp (vfmadd exactly where it calls fma())
+// kScaled: grad_scale != 1. The block loops are versioned on it (a template argument, not a
+// per-vector test), so a step without loss scaling or clipping runs no multiply for it.
+template <bool kScaled>
+inline __m256 scaled_grad(const Scalars8& s, __m256 grad) {
+  if constexpr (kScaled) {
+    return _mm256_mul_ps(grad, s.grad_scale);
+  } else {
+    return grad;
+  }
+}
+
+template <bool kScaled>
 inline __m256 grad_in(const Scalars8& s, __m256 grad, __m256 p) {
-  __m256 g = _mm256_mul_ps(grad, s.grad_scale);
-  if (s.has_l2) g = _mm256_add_ps(g, _mm256_mul_ps(s.l2_wd, p));
-  return g;
+  const __m256 g = scaled_grad<kScaled>(s, grad);
+  return s.has_l2 ? _mm256_fmadd_ps(s.l2_wd, p, g) : g;
 }
 
+template <bool kScaled>
 inline void adam8(const Scalars8& s, __m256 grad, __m256& p, __m256& m, __m256& v) {
-  const __m256 g = grad_in(s, grad, p);
-  m = _mm256_add_ps(_mm256_mul_ps(s.beta1, m), _mm256_mul_ps(s.one_minus_beta1, g));
-  v = _mm256_add_ps(_mm256_mul_ps(s.beta2, v),
-                    _mm256_mul_ps(s.one_minus_beta2, _mm256_mul_ps(g, g)));
-  const __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(v), s.inv_sqrt_bc2), s.eps);
+  const __m256 g = grad_in<kScaled>(s, grad, p);
+  m = _mm256_fmadd_ps(s.one_minus_beta1, g, _mm256_mul_ps(s.beta1, m));
+  v = _mm256_fmadd_ps(s.one_minus_beta2, _mm256_mul_ps(g, g), _mm256_mul_ps(s.beta2, v));
+  const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), s.inv_sqrt_bc2, s.eps);
   const __m256 u = _mm256_div_ps(m, denom);
-  if (s.has_decoupled) p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_lr_wd, p));
-  p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_step, u));
+  if (s.has_decoupled) p = _mm256_fmadd_ps(s.neg_lr_wd, p, p);
+  p = _mm256_fmadd_ps(s.neg_step, u, p);
 }
 
+template <bool kScaled>
 inline void sgd8(const Scalars8& s, __m256 grad, __m256& p) {
-  const __m256 g = grad_in(s, grad, p);
-  p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_step, g));
+  p = _mm256_fmadd_ps(s.neg_step, grad_in<kScaled>(s, grad, p), p);
 }
 
+template <bool kScaled>
 inline void sgd_momentum8(const Scalars8& s, __m256 grad, __m256& p, __m256& buf) {
-  const __m256 g = grad_in(s, grad, p);
-  buf = _mm256_add_ps(_mm256_mul_ps(s.beta1, buf), _mm256_mul_ps(s.one_minus_beta1, g));
-  const __m256 d = s.nesterov ? _mm256_add_ps(g, _mm256_mul_ps(s.beta2, buf)) : buf;
-  p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_step, d));
+  const __m256 g = grad_in<kScaled>(s, grad, p);
+  buf = _mm256_fmadd_ps(s.one_minus_beta1, g, _mm256_mul_ps(s.beta1, buf));
+  const __m256 d = s.nesterov ? _mm256_fmadd_ps(s.beta2, buf, g) : buf;
+  p = _mm256_fmadd_ps(s.neg_step, d, p);
 }
 
+template <bool kScaled>
 inline void lion8(const Scalars8& s, __m256 grad, __m256& p, __m256& m) {
-  const __m256 g = _mm256_mul_ps(grad, s.grad_scale);
-  const __m256 c = _mm256_add_ps(_mm256_mul_ps(s.beta1, m), _mm256_mul_ps(s.one_minus_beta1, g));
+  const __m256 g = scaled_grad<kScaled>(s, grad);
+  const __m256 c = _mm256_fmadd_ps(s.one_minus_beta1, g, _mm256_mul_ps(s.beta1, m));
   const __m256 zero = _mm256_setzero_ps();
   __m256 sign = _mm256_mul_ps(c, zero);  // +-0 stays +-0, NaN stays NaN
   sign = _mm256_blendv_ps(sign, _mm256_set1_ps(1.0f), _mm256_cmp_ps(c, zero, _CMP_GT_OQ));
   sign = _mm256_blendv_ps(sign, _mm256_set1_ps(-1.0f), _mm256_cmp_ps(c, zero, _CMP_LT_OQ));
-  if (s.has_decoupled) p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_lr_wd, p));
-  p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_step, sign));
-  m = _mm256_add_ps(_mm256_mul_ps(s.beta2, m), _mm256_mul_ps(s.one_minus_beta2, g));
+  if (s.has_decoupled) p = _mm256_fmadd_ps(s.neg_lr_wd, p, p);
+  p = _mm256_fmadd_ps(s.neg_step, sign, p);
+  m = _mm256_fmadd_ps(s.one_minus_beta2, g, _mm256_mul_ps(s.beta2, m));
 }
 
+template <bool kScaled>
 inline void adagrad8(const Scalars8& s, __m256 grad, __m256& p, __m256& sum) {
-  const __m256 g = grad_in(s, grad, p);
-  sum = _mm256_add_ps(sum, _mm256_mul_ps(g, g));
+  const __m256 g = grad_in<kScaled>(s, grad, p);
+  sum = _mm256_fmadd_ps(g, g, sum);
   const __m256 u = _mm256_div_ps(g, _mm256_add_ps(_mm256_sqrt_ps(sum), s.eps));
-  p = _mm256_add_ps(p, _mm256_mul_ps(s.neg_step, u));
+  p = _mm256_fmadd_ps(s.neg_step, u, p);
 }
 
 template <Rule R, DType G, DType S, Copy C>
 struct Avx2Block {
   static void run(const BlockArgs& a, std::size_t begin, std::size_t end) {
+    const std::size_t i = a.sc.grad_scale != 1.0f ? run_scaled<true>(a, begin, end)
+                                                  : run_scaled<false>(a, begin, end);
+    scalar_range<R, G, S, C>(a, i, end);
+  }
+
+  // Full vectors of [begin, end); returns where they end. args is copied to a local: the stores
+  // through its pointers cannot change a local whose address stays here, so the pointers stay in
+  // registers instead of being reloaded per vector.
+  template <bool kScaled>
+  static std::size_t run_scaled(const BlockArgs& args, std::size_t begin, std::size_t end) {
+    const BlockArgs a = args;
     const Scalars8 s = broadcast(a.sc);
     std::size_t i = begin;
-    for (; i + 8 <= end; i += 8) {
-      const __m256 g = load8<G>(a.g, i);
-      __m256 p = load8<DType::kF32>(a.p, i);
-      if constexpr (R == Rule::kAdam) {
-        __m256 m = load8<S>(a.s0, i);
-        __m256 v = load8<S>(a.s1, i);
-        adam8(s, g, p, m, v);
-        store8<S>(a.s0, i, m);
-        store8<S>(a.s1, i, v);
-      } else if constexpr (R == Rule::kSgd) {
-        sgd8(s, g, p);
-      } else {
-        __m256 x = load8<S>(a.s0, i);
-        if constexpr (R == Rule::kSgdMomentum) sgd_momentum8(s, g, p, x);
-        if constexpr (R == Rule::kLion) lion8(s, g, p, x);
-        if constexpr (R == Rule::kAdagrad) adagrad8(s, g, p, x);
-        store8<S>(a.s0, i, x);
-      }
-      store8<DType::kF32>(a.p, i, p);
-      if constexpr (C == Copy::kBF16) store8<DType::kBF16>(a.copy, i, p);
-      if constexpr (C == Copy::kF16) store8<DType::kF16>(a.copy, i, p);
+    for (; i + 8 <= end; i += 8) body<kScaled>(a, s, i);
+    return i;
+  }
+
+  template <bool kScaled>
+  static inline void body(const BlockArgs& a, const Scalars8& s, std::size_t i) {
+    const __m256 g = load8<G>(a.g, i);
+    __m256 p = load8<DType::kF32>(a.p, i);
+    if constexpr (R == Rule::kAdam) {
+      __m256 m = load8<S>(a.s0, i);
+      __m256 v = load8<S>(a.s1, i);
+      adam8<kScaled>(s, g, p, m, v);
+      store8<S>(a.s0, i, m);
+      store8<S>(a.s1, i, v);
+    } else if constexpr (R == Rule::kSgd) {
+      sgd8<kScaled>(s, g, p);
+    } else {
+      __m256 x = load8<S>(a.s0, i);
+      if constexpr (R == Rule::kSgdMomentum) sgd_momentum8<kScaled>(s, g, p, x);
+      if constexpr (R == Rule::kLion) lion8<kScaled>(s, g, p, x);
+      if constexpr (R == Rule::kAdagrad) adagrad8<kScaled>(s, g, p, x);
+      store8<S>(a.s0, i, x);
     }
-    scalar_range<R, G, S, C>(a, i, end);
+    store8<DType::kF32>(a.p, i, p);
+    if constexpr (C == Copy::kBF16) store8<DType::kBF16>(a.copy, i, p);
+    if constexpr (C == Copy::kF16) store8<DType::kF16>(a.copy, i, p);
   }
 };
 
@@ -222,7 +250,7 @@ struct Avx2Q8 {
       __m256 p = load8<DType::kF32>(a.p, i);
       __m256 m = m_dequant8(cm + j, vam);
       __m256 v = v_dequant8(cv + j, vav);
-      adam8(s, g, p, m, v);
+      adam8<true>(s, g, p, m, v);  // not versioned: x * 1 gives the same bits when grad_scale is 1
       store8<DType::kF32>(a.p, i, p);
       if constexpr (C == Copy::kBF16) store8<DType::kBF16>(a.copy, i, p);
       if constexpr (C == Copy::kF16) store8<DType::kF16>(a.copy, i, p);

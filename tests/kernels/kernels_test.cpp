@@ -1,7 +1,8 @@
 // The CUDA kernels against the CPU path: the optimizer step bit for bit (the same per-element
-// functions, no FMA contraction on either side), grad_stats to 1e-12 relative, scale and cast
-// bit for bit. Without a device the GPU comparisons skip and say why; the launchers must then
-// fail with zero::Error(kCuda), and bad arguments with kInvalidArgument, never crash.
+// functions: an FMA exactly where they write fma(), no other contraction on either side),
+// grad_stats to 1e-12 relative, scale and cast bit for bit. Without a device the GPU comparisons
+// skip and say why; the launchers must then fail with zero::Error(kCuda), and bad arguments with
+// kInvalidArgument, never crash.
 // (A test may use the CUDA runtime directly for copies; the library keeps it in kernels/.)
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

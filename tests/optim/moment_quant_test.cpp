@@ -615,6 +615,33 @@ TEST(Int8Moments, OneStepErrorBoundOnAdversarialBlocks) {
   }
 }
 
+// grad_scale 1 skips the multiply (AVX-512's unscaled spans, the scalar branch) and must give
+// the bits of the multiply: gradients 2g at grad_scale 0.5, on every ISA. (f32 and bf16
+// gradients: their rounding of 2g is twice that of g; f16's is not among its subnormals.)
+TEST(Int8Moments, GradScaleOneGivesTheBitsOfTheMultiply) {
+  const std::size_t n = 4099;
+  const auto grads = random_grads(n, 3, 21);
+  auto doubled = grads;
+  for (std::vector<float>& step : doubled) {
+    for (float& g : step) g *= 2.0f;
+  }
+  const Groups gr = one_group(adamw8(), n);
+  for (DType gdt : {DType::kF32, DType::kBF16}) {
+    Shard8 base = make_shard(n, gdt, DType::kBF16);
+    for (std::size_t i = 0; i < n; ++i) base.p[i] = 0.001f * static_cast<float>(i % 1000);
+    for (Isa isa : available_isas()) {
+      const std::string what = std::string(to_string(gdt)) + " isa " + std::string(to_string(isa));
+      CpuExecOptions o;
+      o.isa = isa;
+      const Run8 a = run_steps(base, gr, grads, o, 1.0);
+      const Run8 b = run_steps(base, gr, doubled, o, 0.5);
+      ASSERT_TRUE(a.failure.empty()) << what << ": " << a.failure;
+      ASSERT_TRUE(b.failure.empty()) << what << ": " << b.failure;
+      expect_same_bits(a.s, b.s, what + ", grad_scale 1 against 2g x 0.5");
+    }
+  }
+}
+
 // ---- the matrix: random shards, every grad dtype x copy dtype x ISA, groups' runs
 
 struct Case {

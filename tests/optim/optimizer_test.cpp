@@ -145,7 +145,10 @@ struct Problem {
   float grad_scale = 0.3f;
 };
 
-Problem make_problem(std::size_t n, DType gdt, const OptimizerParams& hp, std::uint32_t seed) {
+// Gradients are drawn in +-4 x 0.3 / grad_scale: the scaled gradient the step sees is in +-1.2
+// for every grad_scale (the bounds of expect_matches_reference are written for that).
+Problem make_problem(std::size_t n, DType gdt, const OptimizerParams& hp, std::uint32_t seed,
+                     float grad_scale = 0.3f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::uniform_real_distribution<float> pos(0.01f, 1.0f);
@@ -156,6 +159,7 @@ Problem make_problem(std::size_t n, DType gdt, const OptimizerParams& hp, std::u
   };
   Problem pr;
   pr.n = n;
+  pr.grad_scale = grad_scale;
   pr.p0.resize(n);
   pr.s00.resize(n);
   pr.s10.resize(n);
@@ -176,7 +180,7 @@ Problem make_problem(std::size_t n, DType gdt, const OptimizerParams& hp, std::u
   pr.g16.assign(kSteps, std::vector<std::uint16_t>(n));
   for (int s = 0; s < kSteps; ++s) {
     for (std::size_t i = 0; i < n; ++i) {
-      const float g = nonzero(4.0f);
+      const float g = nonzero(4.0f * (0.3f / grad_scale));
       pr.g32[s][i] = g;
       pr.g16[s][i] = gdt == DType::kF16 ? f32_to_f16(g) : f32_to_bf16(g);
       if (pr.g16[s][i] == 0 || pr.g16[s][i] == 0x8000) pr.g16[s][i] = 0x3c00;  // never zero
@@ -395,12 +399,12 @@ void expect_matches_reference(const ShardRun& r, const Reference& ref, const Opt
 }
 
 void expect_bitwise_equal(const ShardRun& a, const ShardRun& b, const std::string& what) {
-  EXPECT_TRUE(a.master.same_elements(b.master)) << what << ": master differs from scalar";
+  EXPECT_TRUE(a.master.same_elements(b.master)) << what << ": master differs";
   for (int k = 0; k < 2; ++k) {
     EXPECT_TRUE(a.s32[k].same_elements(b.s32[k])) << what << ": f32 state " << k << " differs";
     EXPECT_TRUE(a.s16[k].same_elements(b.s16[k])) << what << ": bf16 state " << k << " differs";
   }
-  EXPECT_TRUE(a.copy.same_elements(b.copy)) << what << ": 16-bit copy differs from scalar";
+  EXPECT_TRUE(a.copy.same_elements(b.copy)) << what << ": 16-bit copy differs";
 }
 
 std::string copy_name(std::optional<DType> c) {
@@ -419,9 +423,14 @@ TEST_P(OptimizerMatrix, MatchesFloat64ReferenceAndScalarBitwise) {
   const Case& c = GetParam();
   const OptimizerParams& hp = c.variant.params;
   std::uint32_t seed = 1;
-  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{15}, std::size_t{16},
-                        std::size_t{17}, std::size_t{1000003}}) {
-    const Problem pr = make_problem(n, c.grad, hp, seed++);
+  // grad_scale 1 (no loss scaling, no clipping) takes the SIMD loops' version without the
+  // multiply: sizes with and without full vectors, and a large shard, for each.
+  for (auto [n, grad_scale] :
+       {std::pair{std::size_t{1}, 0.3f}, std::pair{std::size_t{7}, 1.0f},
+        std::pair{std::size_t{15}, 0.3f}, std::pair{std::size_t{16}, 1.0f},
+        std::pair{std::size_t{17}, 0.3f}, std::pair{std::size_t{33}, 1.0f},
+        std::pair{std::size_t{1000003}, 0.3f}, std::pair{std::size_t{100003}, 1.0f}}) {
+    const Problem pr = make_problem(n, c.grad, hp, seed++, grad_scale);
     const Reference ref = run_reference(pr, c.grad, hp);
     for (std::optional<DType> copy : {std::optional<DType>{}, std::optional<DType>{DType::kBF16},
                                       std::optional<DType>{DType::kF16}}) {
@@ -429,7 +438,8 @@ TEST_P(OptimizerMatrix, MatchesFloat64ReferenceAndScalarBitwise) {
       for (Isa isa : available_isas()) {
         const std::string what = c.variant.name + " grad " + std::string(to_string(c.grad)) +
                                  " copy " + copy_name(copy) + " isa " +
-                                 std::string(to_string(isa)) + " n " + std::to_string(n);
+                                 std::string(to_string(isa)) + " n " + std::to_string(n) +
+                                 " grad_scale " + std::to_string(grad_scale);
         RunSpec spec;
         spec.isa = isa;
         spec.copy = copy;
@@ -504,6 +514,44 @@ TEST(CpuOptimizer, LargeShardCopyIsTheSameBitsOnEveryPath) {
           expect_bitwise_equal(
               r, scalar, std::string(to_string(isa)) + " copy " + std::string(to_string(copy)));
         }
+      }
+    }
+  }
+}
+
+// ---- grad_scale 1 skips the multiply (the SIMD loops' unscaled version, the scalar branch) and
+// must give the bits of the multiply: gradients 2g at grad_scale 0.5 reach the same scaled
+// gradient g through it (exact: doubling and halving are), on every rule, gradient dtype, ISA.
+Problem doubled_grads(Problem pr, DType gdt) {
+  for (std::vector<float>& step : pr.g32) {
+    for (float& g : step) g *= 2.0f;
+  }
+  for (std::vector<std::uint16_t>& step : pr.g16) {
+    for (std::uint16_t& h : step) {
+      const float g2 = 2.0f * static_cast<float>(decode(h, gdt));
+      h = gdt == DType::kF16 ? f32_to_f16(g2) : f32_to_bf16(g2);
+    }
+  }
+  pr.grad_scale *= 0.5f;
+  return pr;
+}
+
+TEST(CpuOptimizer, GradScaleOneGivesTheBitsOfTheMultiply) {
+  for (const Variant& v : variants()) {
+    for (DType gdt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const Problem one = make_problem(1037, gdt, v.params, 7, 1.0f);
+      const Problem halved = doubled_grads(one, gdt);
+      for (Isa isa : available_isas()) {
+        const std::string what =
+            v.name + " grad " + std::string(to_string(gdt)) + " isa " + std::string(to_string(isa));
+        RunSpec spec;
+        spec.isa = isa;
+        spec.copy = DType::kBF16;
+        const ShardRun a = run_ours(one, gdt, v.params, spec);
+        const ShardRun b = run_ours(halved, gdt, v.params, spec);
+        ASSERT_TRUE(a.failure.empty()) << what << ": " << a.failure;
+        ASSERT_TRUE(b.failure.empty()) << what << ": " << b.failure;
+        expect_bitwise_equal(a, b, what + ", grad_scale 1 against 2g x 0.5");
       }
     }
   }

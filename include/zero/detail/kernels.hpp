@@ -7,7 +7,8 @@
 // (ZERO_WITH_CUDA); callers check zero::detail::cuda::built() / device_count() first.
 //
 // The optimizer kernels apply the same per-element functions as the CPU path
-// (zero/detail/optim_math.hpp) with the same f32 operations (no FMA contraction), so a GPU step
+// (zero/detail/optim_math.hpp) with the same f32 operations (an FMA exactly where it writes fma(),
+// no other contraction), so a GPU step
 // gives the same bits as CpuOptimizer::step on the same data.
 //
 // Thread safety: launchers may be called from any thread; kernels on one stream run in order.

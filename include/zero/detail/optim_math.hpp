@@ -2,14 +2,22 @@
 //
 // One ZERO_HD inline function per optimizer holds the update of one element. The CPU scalar path
 // calls it directly, the CUDA kernels (kernels/*.cu) call it per element, and the AVX2 / AVX-512
-// paths in optim/ mirror it operation by operation (same operations, same order, no fused
-// multiply-add), so every path gives the same bits: the tests check the SIMD paths against this
-// function for bitwise equality, and the GPU tests check the kernels the same way.
+// paths in optim/ mirror it operation by operation (same operations, same order, a fused
+// multiply-add exactly where this file calls fma()), so every path gives the same bits: the tests
+// check the SIMD paths against this function for bitwise equality, and the GPU tests check the
+// kernels the same way.
 //
-// Rounding: every operation is one IEEE f32 operation rounded to nearest. On the host that is
-// plain C++ built without FP contraction (-ffp-contract=off, set for optim/ in
-// optim/CMakeLists.txt; baseline x86-64 has no FMA anyway). On the device the __f*_rn
-// intrinsics stop nvcc from contracting a*b+c into an FMA.
+// Rounding: every operation is one IEEE f32 operation rounded to nearest; fma(a, b, c) is a*b+c
+// rounded once (IEEE fusedMultiplyAdd). On the host: mul/add are plain C++ built without FP
+// contraction (-ffp-contract=off, set for optim/ in optim/CMakeLists.txt), so no a*b+c is fused
+// behind our back, and fma() is __builtin_fmaf (the vfmadd instruction where the function's
+// target has FMA, else libm's correctly rounded fmaf: the same bits). On the device: the
+// __f*_rn intrinsics stop nvcc from contracting, and fma() is __fmaf_rn. The fused places are
+// DeepSpeed cpu_adam's (Step_AVX: SIMD_FMA for each moment's "+ (1-beta) x", the bias-corrected
+// denominator and the two parameter updates): 9 f32 operations per Adam element instead of 14.
+//
+// grad_scale == 1 (no loss scaling, no clipping) skips the multiply: x * 1 == x for every x, so
+// the result is the same bits either way; the SIMD paths version their loops on it.
 //
 // The per-step scalars (bias corrections, -lr, ...) are computed once per step on the host in
 // double by make_step_scalars() (optim/optimizer_params.cpp) and rounded to f32 once.
@@ -23,7 +31,7 @@
 
 namespace zero::detail::optim {
 
-// ---- correctly rounded f32 operations that no compiler may fuse
+// ---- correctly rounded f32 operations: none fused unless written fma()
 ZERO_HD inline float mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -43,6 +51,13 @@ ZERO_HD inline float div(float a, float b) {
   return __fdiv_rn(a, b);
 #else
   return a / b;
+#endif
+}
+ZERO_HD inline float fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
 #endif
 }
 ZERO_HD inline float sqrt(float a) {
@@ -84,35 +99,41 @@ struct StepScalars {
   bool nesterov = false;
 };
 
+// The gradient as the update sees it: grad * grad_scale, unscaled when grad_scale is 1 (exact:
+// the same bits), plus the L2 term when L2 decay is on (all rules but Lion).
+ZERO_HD inline float scaled_grad(const StepScalars& s, float grad) {
+  return s.grad_scale == 1.0f ? grad : mul(grad, s.grad_scale);
+}
+ZERO_HD inline float grad_in(const StepScalars& s, float grad, float p) {
+  const float g = scaled_grad(s, grad);
+  return s.l2_wd != 0.0f ? fma(s.l2_wd, p, g) : g;
+}
+
 // ---- Adam / AdamW: Kingma & Ba 2015 (arXiv:1412.6980) Algorithm 1 with PyTorch's placement of
 // eps (eps added to sqrt(v_hat), torch.optim.Adam / AdamW); decoupled decay from Loshchilov &
-// Hutter 2019 (arXiv:1711.05101). Operation order as DeepSpeed's cpu_adam Step_1:
-//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p = p - lr wd p (AdamW);  p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// Hutter 2019 (arXiv:1711.05101). Operations and fused places as DeepSpeed's cpu_adam Step_AVX:
+//   m = fma(1-b1, g, b1 m);  v = fma(1-b2, g^2, b2 v)
+//   p = fma(-lr wd, p, p) (AdamW);  p = fma(-lr/(1-b1^t), m / fma(sqrt(v), 1/sqrt(1-b2^t), eps), p)
 ZERO_HD inline void adam_update(const StepScalars& s, float grad, float& p, float& m, float& v) {
-  float g = mul(grad, s.grad_scale);
-  if (s.l2_wd != 0.0f) g = add(g, mul(s.l2_wd, p));
-  m = add(mul(s.beta1, m), mul(s.one_minus_beta1, g));
-  v = add(mul(s.beta2, v), mul(s.one_minus_beta2, mul(g, g)));
-  const float denom = add(mul(sqrt(v), s.inv_sqrt_bc2), s.eps);
+  const float g = grad_in(s, grad, p);
+  m = fma(s.one_minus_beta1, g, mul(s.beta1, m));
+  v = fma(s.one_minus_beta2, mul(g, g), mul(s.beta2, v));
+  const float denom = fma(sqrt(v), s.inv_sqrt_bc2, s.eps);
   const float u = div(m, denom);
-  if (s.neg_lr_wd != 0.0f) p = add(p, mul(s.neg_lr_wd, p));
-  p = add(p, mul(s.neg_step, u));
+  if (s.neg_lr_wd != 0.0f) p = fma(s.neg_lr_wd, p, p);
+  p = fma(s.neg_step, u, p);
 }
 
 // ---- SGD as torch.optim.SGD: g += wd p; buf = momentum buf + (1 - dampening) g (buf = g on the
 // first step); g = nesterov ? g + momentum buf : buf; p -= lr g.
 ZERO_HD inline void sgd_update(const StepScalars& s, float grad, float& p) {
-  float g = mul(grad, s.grad_scale);
-  if (s.l2_wd != 0.0f) g = add(g, mul(s.l2_wd, p));
-  p = add(p, mul(s.neg_step, g));
+  p = fma(s.neg_step, grad_in(s, grad, p), p);
 }
 ZERO_HD inline void sgd_momentum_update(const StepScalars& s, float grad, float& p, float& buf) {
-  float g = mul(grad, s.grad_scale);
-  if (s.l2_wd != 0.0f) g = add(g, mul(s.l2_wd, p));
-  buf = add(mul(s.beta1, buf), mul(s.one_minus_beta1, g));
-  const float d = s.nesterov ? add(g, mul(s.beta2, buf)) : buf;
-  p = add(p, mul(s.neg_step, d));
+  const float g = grad_in(s, grad, p);
+  buf = fma(s.one_minus_beta1, g, mul(s.beta1, buf));
+  const float d = s.nesterov ? fma(s.beta2, buf, g) : buf;
+  p = fma(s.neg_step, d, p);
 }
 
 // sign(c) as torch.sign: +1, -1, 0 for +-0; NaN stays NaN (c * 0).
@@ -124,21 +145,20 @@ ZERO_HD inline float sign_of(float c) {
 // (arXiv:2302.06675) Program 1:
 //   c = b1 m + (1-b1) g;  p = p - lr wd p;  p = p - lr sign(c);  m = b2 m + (1-b2) g
 ZERO_HD inline void lion_update(const StepScalars& s, float grad, float& p, float& m) {
-  const float g = mul(grad, s.grad_scale);
-  const float c = add(mul(s.beta1, m), mul(s.one_minus_beta1, g));
-  if (s.neg_lr_wd != 0.0f) p = add(p, mul(s.neg_lr_wd, p));
-  p = add(p, mul(s.neg_step, sign_of(c)));
-  m = add(mul(s.beta2, m), mul(s.one_minus_beta2, g));
+  const float g = scaled_grad(s, grad);
+  const float c = fma(s.one_minus_beta1, g, mul(s.beta1, m));
+  if (s.neg_lr_wd != 0.0f) p = fma(s.neg_lr_wd, p, p);
+  p = fma(s.neg_step, sign_of(c), p);
+  m = fma(s.one_minus_beta2, g, mul(s.beta2, m));
 }
 
 // ---- Adagrad: Duchi et al. 2011, as torch.optim.Adagrad (lr_decay 0, initial accumulator 0):
 //   g += wd p;  sum += g^2;  p -= lr g / (sqrt(sum) + eps)
 ZERO_HD inline void adagrad_update(const StepScalars& s, float grad, float& p, float& sum) {
-  float g = mul(grad, s.grad_scale);
-  if (s.l2_wd != 0.0f) g = add(g, mul(s.l2_wd, p));
-  sum = add(sum, mul(g, g));
+  const float g = grad_in(s, grad, p);
+  sum = fma(g, g, sum);
   const float u = div(g, add(sqrt(sum), s.eps));
-  p = add(p, mul(s.neg_step, u));
+  p = fma(s.neg_step, u, p);
 }
 
 }  // namespace zero::detail::optim
