@@ -14,6 +14,34 @@ set(ZERO_TEST_CXX_FLAGS "-O1 -g1" CACHE STRING
     "Flags for the test programs' own code, after the build type's (empty: the build type's alone)")
 separate_arguments(_zero_test_cxx_flags UNIX_COMMAND "${ZERO_TEST_CXX_FLAGS}")
 
+# A test's TIMEOUT guards against a hang; the values written beside the tests are about three
+# times what each test takes on a quiet machine. The suite must also hold on a loaded one (two
+# busy processes beside it on 2 cores, or a build: gpt_model_test's 144 parity runs took over
+# its 300 s there), so every test's TIMEOUT is multiplied by this integer, once, at the end of
+# the directory that adds it (zero_add_test's tests and those added with add_test beside them).
+set(ZERO_TEST_TIMEOUT_SCALE 3 CACHE STRING
+    "Integer multiplier of every test's TIMEOUT (a hang guard sized on a quiet machine)")
+
+function(zero_scale_directory_timeouts)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    get_test_property(${t} TIMEOUT seconds)
+    if(seconds)
+      math(EXPR seconds "${seconds} * ${ZERO_TEST_TIMEOUT_SCALE}")
+      set_tests_properties(${t} PROPERTIES TIMEOUT ${seconds})
+    endif()
+  endforeach()
+endfunction()
+
+# Schedules zero_scale_directory_timeouts at the end of the calling directory, once.
+function(zero_scale_timeouts_at_directory_end)
+  get_property(scheduled DIRECTORY PROPERTY ZERO_TIMEOUTS_SCALED)
+  if(NOT scheduled)
+    set_property(DIRECTORY PROPERTY ZERO_TIMEOUTS_SCALED TRUE)
+    cmake_language(DEFER CALL zero_scale_directory_timeouts)
+  endif()
+endfunction()
+
 function(zero_add_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LABELS;MPI_RANKS;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -26,6 +54,7 @@ function(zero_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 600)
   endif()
+  zero_scale_timeouts_at_directory_end()
   if(ARG_MPI_RANKS)
     foreach(n ${ARG_MPI_RANKS})
       add_test(NAME ${name}_np${n}
