@@ -78,7 +78,7 @@ Piece parse_piece(const json& j, const std::string& where) {
   p.master_offset = field<std::size_t>(j, "master_offset", where);
   p.state_offsets = field<std::vector<std::size_t>>(j, "state_offsets", where);
   ZERO_CHECK(p.begin < p.end, kCorruption, "checkpoint manifest '", where, "': a piece in '",
-             p.file, "' has the empty range [", p.begin, ", ", p.end, ")");
+             p.file, "' has the empty range [", p.begin, ", ", p.end, ") (keys 'begin', 'end')");
   return p;
 }
 
@@ -94,7 +94,8 @@ FileEntry parse_file(const json& j, const std::string& where) {
       kCorruption, "checkpoint manifest '", where, "': file name '", f.name,
       "' is not a plain name in the checkpoint directory");
   f.digest.size = field<std::size_t>(j, "size", where);
-  f.digest.xxh3 = from_hex(field<std::string>(j, "xxh3_64", where), where + ": " + f.name);
+  f.digest.xxh3 =
+      from_hex(field<std::string>(j, "xxh3_64", where), where + ": key 'xxh3_64' of " + f.name);
   return f;
 }
 
@@ -110,7 +111,7 @@ std::string Manifest::to_json() const {
       params_j.push_back({{"name", p.name},
                           {"shape", p.shape},
                           {"numel", p.numel},
-                          {"dtype", "f32"},
+                          {"dtype", p.dtype},
                           {"pieces", pieces_j}});
     }
     json unit_j = {{"name", u.name}, {"params", params_j}};
@@ -166,6 +167,12 @@ std::string Manifest::to_json() const {
 }
 
 Manifest Manifest::parse(const std::string& text, const std::string& where) {
+  Manifest m = parse_fields(text, where);
+  m.check(where);
+  return m;
+}
+
+Manifest Manifest::parse_fields(const std::string& text, const std::string& where) {
   json j;
   try {
     j = json::parse(text);
@@ -210,8 +217,6 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
   m.loss_scaler.last_overflow_iter = field<std::int64_t>(ls, "last_overflow_iter", where);
   m.loss_scaler.cur_hysteresis = field<int>(ls, "cur_hysteresis", where);
   m.config_json = field<json>(j, "config", where).dump();
-  // int8 moments are saved by unit range (UnitEntry::states), the others with each parameter.
-  const bool unit_states = m.state_dtype == to_string(MomentDType::kInt8);
   for (const json& uj : field<json>(j, "units", where)) {
     UnitEntry u;
     u.name = field<std::string>(uj, "name", where);
@@ -220,37 +225,15 @@ Manifest Manifest::parse(const std::string& text, const std::string& where) {
       p.name = field<std::string>(pj, "name", where);
       p.shape = field<std::vector<std::int64_t>>(pj, "shape", where);
       p.numel = field<std::size_t>(pj, "numel", where);
+      p.dtype = field<std::string>(pj, "dtype", where);
       for (const json& cj : field<json>(pj, "pieces", where)) {
         p.pieces.push_back(parse_piece(cj, where));
       }
-      // The pieces tile the parameter (what a load relies on); with int8 moments they hold the
-      // master alone (the unit's state pieces hold the state).
-      const std::size_t piece_states = unit_states ? 0 : static_cast<std::size_t>(m.num_states);
-      std::size_t at = 0;
-      for (const Piece& pc : p.pieces) {
-        ZERO_CHECK(pc.begin == at && pc.end <= p.numel && pc.state_offsets.size() == piece_states,
-                   kCorruption, "checkpoint manifest '", where, "': parameter '", u.name, ".",
-                   p.name, "': its pieces do not tile [0, ", p.numel, ") with ", piece_states,
-                   " states each (a piece at [", pc.begin, ", ", pc.end, "))");
-        at = pc.end;
-      }
-      ZERO_CHECK(at == p.numel, kCorruption, "checkpoint manifest '", where, "': parameter '",
-                 u.name, ".", p.name, "': its pieces cover ", at, " of ", p.numel, " elements");
       u.params.push_back(std::move(p));
     }
     if (uj.contains("states")) {
-      std::size_t at = 0;
       for (const json& cj : field<json>(uj, "states", where)) {
-        Piece pc = parse_piece(cj, where);
-        ZERO_CHECK(unit_states && pc.begin >= at &&
-                       pc.state_offsets.size() == static_cast<std::size_t>(m.num_states) &&
-                       pc.begin % kInt8MomentBlock == 0,
-                   kCorruption, "checkpoint manifest '", where, "': unit '", u.name,
-                   "': its state pieces are not sorted, disjoint, block-aligned ranges with ",
-                   m.num_states, " states each (a piece at [", pc.begin, ", ", pc.end,
-                   ")), or the state dtype ", m.state_dtype, " keeps none");
-        at = pc.end;
-        u.states.push_back(std::move(pc));
+        u.states.push_back(parse_piece(cj, where));
       }
     }
     m.units.push_back(std::move(u));

@@ -1,6 +1,7 @@
 // ckpt/manifest.hpp — the checkpoint's manifest (manifest.json): what was saved, where each
 // parameter's global element ranges live, and every file's size and checksum. Parsed with
-// every field checked: a missing or mistyped field is kCorruption naming the manifest and key.
+// every field checked: a missing or mistyped field is kCorruption naming the manifest and key,
+// and so is a field out of its range or inconsistent with the others (Manifest::check).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,7 @@ struct ParamEntry {
   std::string name;  // the parameter's name in its unit
   std::vector<std::int64_t> shape;
   std::size_t numel = 0;
+  std::string dtype = "f32";  // of the saved master: always f32 (the pieces' 4 bytes per element)
   std::vector<Piece> pieces;  // sorted by begin; together they cover [0, numel)
 };
 
@@ -71,8 +73,14 @@ struct Manifest {
   std::vector<FileEntry> files;  // every file but the manifest and its checksum
 
   std::string to_json() const;
-  // `where`: the manifest's path for error messages.
+  // `where`: the manifest's path for error messages. parse_fields() and then check().
   static Manifest parse(const std::string& text, const std::string& where);
+  // Every key present with its type (integers within their C++ type), the pieces tiling each
+  // parameter; kCorruption naming the key otherwise.
+  static Manifest parse_fields(const std::string& text, const std::string& where);
+  // Every field in its range and consistent with the others, before anything is read by it
+  // (ckpt/manifest_check.cpp lists them); kCorruption naming the key otherwise.
+  void check(const std::string& where) const;
   const FileEntry* file(const std::string& name) const;
 };
 

@@ -11,35 +11,20 @@
 #include <string>
 
 #include "run_command.hpp"
+#include "zero/core/process_limits.hpp"
 
 namespace zero::testing {
 
 class MemoryCgroup {
  public:
   explicit MemoryCgroup(std::size_t limit_bytes) {
-    std::ifstream in("/proc/self/cgroup");
-    std::string line, v1, v2;
-    bool has_v2 = false;
-    while (std::getline(in, line)) {
-      const std::size_t a = line.find(':'), b = line.find(':', a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      if (line.substr(a + 1, b - a - 1) == "memory") v1 = line.substr(b + 1);
-      if (line.compare(0, 3, "0::") == 0) {
-        v2 = line.substr(b + 1);
-        has_v2 = true;
-      }
-    }
-    std::string parent, limit_file;
-    if (!v1.empty()) {
-      parent = "/sys/fs/cgroup/memory" + v1;
-      limit_file = "memory.limit_in_bytes";
-    } else if (has_v2) {
-      parent = "/sys/fs/cgroup" + v2;
-      limit_file = "memory.max";
-    } else {
+    const detail::CgroupDirs cg = detail::cgroup_dirs("memory");
+    if (cg.dirs.empty()) {
       why_ = "no memory cgroup in /proc/self/cgroup";
       return;
     }
+    const std::string parent = cg.dirs.front();  // this process's own
+    const std::string limit_file = cg.v1 ? "memory.limit_in_bytes" : "memory.max";
     dir_ = parent + "/zero_test_" + std::to_string(::getpid());
     if (::mkdir(dir_.c_str(), 0755) != 0) {
       why_ = "cannot create " + dir_;

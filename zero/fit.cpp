@@ -11,22 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "zero/core/process_limits.hpp"
 #include "zero/memory.hpp"
 #include "zero/memory_report.hpp"
 
 namespace zero {
 namespace {
-
-std::optional<std::size_t> read_number(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  if (!(in >> s) || s == "max") return std::nullopt;
-  try {
-    return static_cast<std::size_t>(std::stoull(s));
-  } catch (...) {
-    return std::nullopt;
-  }
-}
 
 // A "key value" line of a stat file (memory.stat, /proc/meminfo "Key: value kB").
 std::optional<std::size_t> read_key(const std::string& path, const std::string& key) {
@@ -49,49 +39,21 @@ struct CgroupRoom {
   std::string from;
 };
 std::optional<CgroupRoom> cgroup_room() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line, v1, v2;
-  bool has_v2 = false;
-  while (std::getline(in, line)) {
-    const std::size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    if (controllers == "memory") v1 = path;
-    if (line.compare(0, 3, "0::") == 0) {
-      v2 = path;
-      has_v2 = true;
-    }
-  }
-  struct Level {
-    std::string dir, limit_file, usage_file, inactive_key;
-  };
-  std::vector<Level> levels;
-  auto walk = [&](const std::string& root, std::string path, const char* limit, const char* usage,
-                  const char* inactive) {
-    while (true) {
-      levels.push_back({root + path, limit, usage, inactive});
-      if (path.empty() || path == "/") break;
-      const std::size_t slash = path.rfind('/');
-      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-    }
-  };
-  if (!v1.empty()) {
-    walk("/sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes",
-         "total_inactive_file");
-  } else if (has_v2) {
-    walk("/sys/fs/cgroup", v2, "memory.max", "memory.current", "inactive_file");
-  }
+  const detail::CgroupDirs cg = detail::cgroup_dirs("memory");
+  const char* limit_file = cg.v1 ? "memory.limit_in_bytes" : "memory.max";
+  const char* usage_file = cg.v1 ? "memory.usage_in_bytes" : "memory.current";
+  const char* inactive_key = cg.v1 ? "total_inactive_file" : "inactive_file";
   std::optional<CgroupRoom> best;
-  for (const Level& l : levels) {
-    const std::optional<std::size_t> limit = read_number(l.dir + "/" + l.limit_file);
+  for (const std::string& dir : cg.dirs) {
+    const std::optional<std::size_t> limit = detail::read_number(dir + "/" + limit_file);
     // v1 says "no limit" with a number near 2^63.
     if (!limit || *limit >= (std::size_t{1} << 62)) continue;
-    const std::size_t usage = read_number(l.dir + "/" + l.usage_file).value_or(0);
-    const std::size_t inactive = read_key(l.dir + "/memory.stat", l.inactive_key).value_or(0);
+    const std::size_t usage = detail::read_number(dir + "/" + usage_file).value_or(0);
+    const std::size_t inactive = read_key(dir + "/memory.stat", inactive_key).value_or(0);
     const std::size_t used = usage > inactive ? usage - inactive : 0;
     const std::size_t room = *limit > used ? *limit - used : 0;
     if (!best || room < best->room) {
-      best = CgroupRoom{room, "memory cgroup " + l.dir + ": limit " + format_bytes(*limit) + ", " +
+      best = CgroupRoom{room, "memory cgroup " + dir + ": limit " + format_bytes(*limit) + ", " +
                                   format_bytes(used) + " in use"};
     }
   }

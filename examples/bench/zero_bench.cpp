@@ -450,6 +450,8 @@ int run(int argc, char** argv) {
   // against --memory-budget per rank or what the machine has left; one that cannot fit refuses
   // the run before anything is allocated, naming it, the tier, the shortfall and what fits.
   {
+    // In-process ranks: first the threads they take (one short line), then their memory.
+    if (world == nullptr) ThreadGroup::check_size(o.ranks, "--ranks");
     const int world_size = world != nullptr ? world->size() : o.ranks;
     const int local = world != nullptr ? std::max(detect_launch().local_size, 1) : o.ranks;
     gpt::GptConfig g = o.model;

@@ -471,6 +471,8 @@ int run(int argc, char** argv) {
     train_rank(*comm, o, cfg, corpus, print, metrics, Placement{}, make_cpu_model);
     return 0;
   }
+  // In-process ranks: first the threads they take (one short line), then their memory.
+  ThreadGroup::check_size(o.ranks, "--ranks");
   check_fits(o, cfg, corpus, o.ranks, o.ranks, Device::cpu());
   ThreadGroup::run(
       o.ranks,

@@ -392,6 +392,12 @@ class Communicator {
 // is ended, and the exit status it then ends with.
 inline constexpr double kRankExitGraceS = 5.0;
 inline constexpr int kStuckRankExitCode = 3;
+// Threads an in-process rank takes at least: its own and its communicator's worker (each split
+// communicator adds a worker).
+inline constexpr int kThreadsPerRank = 2;
+// Ranks ThreadGroup::run names one by one in its line about ranks that did not return; the
+// others it counts.
+inline constexpr int kRanksNamed = 8;
 
 // N ranks as N threads of this process. run() is the usual entry point; communicator() lets a
 // caller that manages its own threads take rank r's communicator instead.
@@ -415,16 +421,28 @@ class ThreadGroup {
   // pending and future wait of the other ranks throws kRemoteFailure naming `rank` and `what`.
   void fail(int rank, std::string_view what);
 
-  // Runs fn(comm) on `size` new threads, one per rank, and joins them. If a rank throws, the
-  // group fails (the other ranks' waits throw kRemoteFailure promptly) and, after every thread
-  // has finished, run() rethrows the exception of the rank that failed first.
-  // `timeout_s` as for the constructor.
+  // The most ranks run() can start in this process now: the threads the kernel lets it start
+  // (detail::thread_room: threads-max, RLIMIT_NPROC, the pids cgroup, vm.max_map_count) over
+  // kThreadsPerRank. `why`, when given, receives the limit that binds.
+  static int max_size(std::string* why = nullptr);
+  // Throws zero::Error(kInvalidArgument) when `size` > max_size(), in one line that starts with
+  // `what` and `size` ("--ranks 100000: this process can start at most 16374 in-process ranks
+  // (...)"). run() calls it before it starts any thread; a program calls it first to name its
+  // flag.
+  static void check_size(int size, std::string_view what);
+
+  // Runs fn(comm) on `size` new threads, one per rank, and joins them: first check_size(), so
+  // an impossible size starts no thread. If a rank throws, the group fails (the other ranks'
+  // waits throw kRemoteFailure promptly, no further rank is started) and, after every thread
+  // has finished, run() rethrows the exception of the rank that failed first (a thread the
+  // kernel refused: kOutOfMemory naming the rank). `timeout_s` as for the constructor.
   // A rank stuck outside collectives (a hang in its own code): once the group has failed (a rank
   // threw, or a wait timed out waiting for the stuck rank, i.e. after timeout_s) every rank has
   // kRankExitGraceS to return. A rank that has not is a thread that cannot be stopped, and
   // returning while it runs would leave it using fn's captures after they are gone: run() then
-  // writes one line to stderr naming each such rank, its last collective and the group's
-  // failure, and ends the process with std::_Exit(kStuckRankExitCode). So a stuck or failed
+  // writes one line to stderr that leads with the cause, the group's first failure, then names
+  // the first kRanksNamed ranks that did not return with their last collective and counts the
+  // others, and ends the process with std::_Exit(kStuckRankExitCode). So a stuck or failed
   // rank ends the process within timeout_s + kRankExitGraceS. Without a failure there is no
   // deadline on the join (a rank may work on alone after the others returned).
   static void run(int size, const std::function<void(Communicator&)>& fn,

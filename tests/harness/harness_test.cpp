@@ -5,7 +5,9 @@
 // entropy; bad flags are clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -309,6 +311,23 @@ TEST(Harness, BadFlagsAreClearErrors) {
   const CmdResult j = run(std::string(ZERO_BENCH_BIN) + " --trace");
   EXPECT_EQ(j.status, 2);
   EXPECT_NE(j.out.find("--trace needs a value"), std::string::npos) << j.out;
+}
+
+// --ranks beyond what this process can start (threads): refused before any thread starts, in
+// one short line that leads with the cause, by both programs.
+TEST(Harness, RanksBeyondWhatTheMachineRunsIsOneShortLineWithTheCause) {
+  for (const char* bin : {ZERO_TRAIN_BIN, ZERO_BENCH_BIN}) {
+    const CmdResult r = run(std::string(bin) + " --ranks 100000 --steps 2");
+    EXPECT_EQ(r.status, 2) << r.out;
+    const std::string program = std::filesystem::path(bin).filename().string();
+    EXPECT_EQ(r.out.rfind(program + ": invalid argument: --ranks 100000: this process can start "
+                                    "at most ",
+                          0),
+              0u)
+        << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_LT(r.out.size(), 400u) << r.out;
+  }
 }
 
 // --device cuda where it cannot run (a build without CUDA, or no usable GPU, as on CI): a clear

@@ -27,7 +27,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "zero/comm.hpp"
@@ -36,6 +38,7 @@
 #include "zero/comm/host_reduce.hpp"
 #include "zero/comm/ordered_worker.hpp"
 #include "zero/comm/thread_world.hpp"
+#include "zero/core/process_limits.hpp"
 #include "zero/log.hpp"
 
 namespace zero {
@@ -310,16 +313,21 @@ namespace {
 // Ends the process because ranks did not return after the group failed: a thread cannot be
 // stopped, and returning to the caller while it runs would leave it using the caller's captures
 // (and, at exit, statics) after they are destroyed. One line on stderr, written with write(2) so
-// that a rank stuck holding stdio's lock cannot block it.
-[[noreturn]] void end_process_for_stuck_ranks(World& world, const std::vector<int>& stuck,
+// that a rank stuck holding stdio's lock cannot block it: the cause (the group's first failure)
+// first, then its consequence, the ranks that did not return — the first kRanksNamed by name
+// with what each did last, the others counted — so that the line stays short at any size.
+[[noreturn]] void end_process_for_stuck_ranks(World& world, const std::vector<int>& stuck, int size,
                                               double grace_s) {
-  std::string line = "zero: ThreadGroup::run: ";
-  for (std::size_t k = 0; k < stuck.size(); ++k) {
-    line += detail::cat(k == 0 ? "" : "; ", "rank ", stuck[k], " did not return ", grace_s,
-                        " s after the group failed (", world.doing(stuck[k]), ")");
+  std::string line =
+      detail::cat("zero: ThreadGroup::run: the group failed: ", world.failure(), "; then ",
+                  stuck.size(), " of ", size, " ranks did not return within ", grace_s, " s: ");
+  const std::size_t named = std::min(stuck.size(), static_cast<std::size_t>(kRanksNamed));
+  for (std::size_t k = 0; k < named; ++k) {
+    line += detail::cat(k == 0 ? "" : "; ", "rank ", stuck[k], " did not return (",
+                        world.doing(stuck[k]), ")");
   }
-  line += detail::cat("; the group failed because: ", world.failure(),
-                      "; a rank thread cannot be stopped, so the process ends with status ",
+  if (stuck.size() > named) line += detail::cat("; and ", stuck.size() - named, " more");
+  line += detail::cat("; a rank thread cannot be stopped, so the process ends with status ",
                       kStuckRankExitCode, "\n");
   if (::ftrylockfile(stdout) == 0) {  // keep what the ranks printed, unless a rank holds stdout
     std::fflush(stdout);
@@ -335,7 +343,22 @@ namespace {
 
 }  // namespace
 
+int ThreadGroup::max_size(std::string* why) {
+  const detail::ThreadRoom room = detail::thread_room();
+  if (why != nullptr) *why = room.from;
+  return static_cast<int>(
+      std::min<std::size_t>(room.threads / kThreadsPerRank, std::numeric_limits<int>::max()));
+}
+
+void ThreadGroup::check_size(int size, std::string_view what) {
+  std::string why;
+  const int most = max_size(&why);
+  ZERO_CHECK(size <= most, kInvalidArgument, what, " ", size, ": this process can start at most ",
+             most, " in-process ranks (", kThreadsPerRank, " threads each; ", why, ")");
+}
+
 void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, double timeout_s) {
+  check_size(size, "ThreadGroup::run: size");
   ThreadGroup group(size, timeout_s);
   World& world = *group.state_->world;
   std::vector<std::exception_ptr> errors(size);
@@ -352,7 +375,12 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
       // before this rank leaves it.
       std::unique_ptr<Communicator> comm;
       try {
-        comm = group.communicator(r);
+        try {
+          comm = group.communicator(r);
+        } catch (const std::system_error& e) {  // the kernel refused its worker thread
+          ZERO_THROW(kOutOfMemory, "could not start the communicator thread of rank ", r, " of ",
+                     size, ": ", e.what());
+        }
         fn(*comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -374,11 +402,16 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
   threads.reserve(size);
   std::exception_ptr spawn_error;
   for (int r = 0; r < size; ++r) {
+    // Once the group has failed, a rank started now would only fail in turn.
+    if (world.failed.load(std::memory_order_acquire)) break;
     try {
       threads.emplace_back(rank_main, r);
-    } catch (...) {
-      spawn_error = std::current_exception();
-      group.fail(r, detail::cat("could not start the thread of rank ", r));
+    } catch (const std::exception& e) {
+      const std::string why =
+          detail::cat("could not start the thread of rank ", r, " of ", size, ": ", e.what());
+      spawn_error =
+          std::make_exception_ptr(Error(ErrorCode::kOutOfMemory, why, __FILE__, __LINE__));
+      group.fail(r, why);
       break;
     }
   }
@@ -408,11 +441,10 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
       for (std::size_t r = 0; r < threads.size(); ++r) {
         if (!returned[r]) stuck.push_back(static_cast<int>(r));
       }
-      end_process_for_stuck_ranks(world, stuck, kRankExitGraceS);
+      end_process_for_stuck_ranks(world, stuck, size, kRankExitGraceS);
     }
   }
   for (auto& t : threads) t.join();
-  if (spawn_error) std::rethrow_exception(spawn_error);
   // The root cause is the rank that failed first; the others' errors are consequences.
   int first = -1;
   {
@@ -420,6 +452,7 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
     first = world.failed_rank;
   }
   if (first >= 0 && first < size && errors[first]) std::rethrow_exception(errors[first]);
+  if (spawn_error) std::rethrow_exception(spawn_error);
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }

@@ -313,10 +313,11 @@ void read_trace(Reader r, TraceConfig& t) {
 
 namespace detail {
 
-Config read_config(const json& doc, std::set<std::string>* asked) {
+Config read_config(const json& doc, std::set<std::string>* asked, bool quiet) {
   Config c;
   detail::ReadContext ctx;
   ctx.asked = asked;
+  ctx.quiet = quiet;
   Reader r(&doc, "", &ctx);
   r.get_int("train_batch_size", c.train_batch_size, 1, kMax);
   r.get_int("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, 1, kMax);

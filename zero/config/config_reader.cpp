@@ -53,7 +53,7 @@ std::string int_range(std::int64_t lo, std::int64_t hi) {
 }  // namespace
 
 void ReadContext::note(const std::string& path, const std::string& message) {
-  if (noted.insert(path).second) ZERO_LOG(kWarn, "config key '", path, "' ", message);
+  if (noted.insert(path).second && !quiet) ZERO_LOG(kWarn, "config key '", path, "' ", message);
 }
 
 Reader::Reader(const json* obj, std::string path, ReadContext* ctx)

@@ -50,8 +50,10 @@ inline constexpr std::array<std::string_view, 4> kSchedulerTypes = {"WarmupLR", 
 // Throws zero::Error(kConfig) naming the full key path and the value. A key given with a value
 // that has no effect here is named once, at warn level (detail::config_keys()). `asked`, when
 // given, receives the full path of every key this read asked for, given or not (the keys test
-// derives the accepted keys from it).
-Config read_config(const nlohmann::json& doc, std::set<std::string>* asked = nullptr);
+// derives the accepted keys from it). `quiet`: no key is named (a config read again, as a
+// checkpoint's saved one: its keys were named when the run read it).
+Config read_config(const nlohmann::json& doc, std::set<std::string>* asked = nullptr,
+                   bool quiet = false);
 
 // ---- the reader: typed access to one JSON object of the document, tracking the keys it read
 
@@ -60,7 +62,8 @@ Config read_config(const nlohmann::json& doc, std::set<std::string>* asked = nul
 struct ReadContext {
   std::set<std::string>* asked = nullptr;
   std::set<std::string> noted;
-  // Logs `message` at warn level, the first time only for `path`.
+  bool quiet = false;
+  // Logs `message` at warn level, the first time only for `path` (never when quiet).
   void note(const std::string& path, const std::string& message);
 };
 
