@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <xxhash.h>
+
 #include "zero/error.hpp"
 
 namespace zero {
@@ -29,7 +31,12 @@ Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size
     ZERO_CHECK(!u.params.empty(), kInvalidArgument, "unit '", u.name, "' has no parameters");
     UnitLayout ul;
     std::size_t at = 0;
+    std::vector<std::int64_t> described;  // per parameter: rank, extents, group, trainable
     for (const ParamSpec& p : u.params) {
+      described.push_back(static_cast<std::int64_t>(p.shape.size()));
+      described.insert(described.end(), p.shape.begin(), p.shape.end());
+      described.push_back(p.group);
+      described.push_back(p.trainable ? 1 : 0);
       ZERO_CHECK(!p.shape.empty(), kInvalidArgument, "parameter '", u.name, ".", p.name,
                  "' has an empty shape");
       for (std::int64_t e : p.shape) {
@@ -41,6 +48,7 @@ Layout make_layout(const std::vector<UnitSpec>& units, int world_size, std::size
       at += p.numel();
     }
     ul.numel = at;
+    ul.digest = XXH3_64bits(described.data(), described.size() * sizeof(std::int64_t));
     ul.padded = round_up(at, n * shard_align);
     ul.shard = ul.padded / n;
     ul.full_offset = out.total_padded;

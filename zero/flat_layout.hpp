@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "zero/unit.hpp"
@@ -29,6 +30,11 @@ struct UnitLayout {
   std::size_t shard = 0;         // padded / N
   std::size_t full_offset = 0;   // sum of the padded sizes of the units before
   std::size_t shard_offset = 0;  // sum of the shard sizes of the units before
+  // What the unit is, beyond its size: a digest of its parameters' shapes, groups and frozen
+  // flags (not their names). Ranks with the same model have the same digests; the engine's
+  // collectives carry it (Communicator::tag_next) so ranks whose models differ by less than the
+  // padding fail the fingerprint check instead of training apart.
+  std::uint64_t digest = 0;
 };
 
 struct Layout {

@@ -100,7 +100,7 @@ void GradReducer::grads_ready(UnitId u) {
       grad_pool_.give(std::move(us.grad));
       p.source = Source::kReducePool;
     }
-    start_reduce(p, static_cast<char*>(p.buffer.data()), ul.shard, u);
+    start_reduce(p, static_cast<char*>(p.buffer.data()), ul.shard, placement_.tag_layout(u), u);
     pending_.push_back(std::move(p));
   } else {
     // Shard q of the unit goes to rank q's part of the bucket, at the unit's offset in it.
@@ -126,13 +126,15 @@ void GradReducer::launch_bucket(int b) {
   p.bucket = b;
   p.buffer = std::move(bucket_staging_[static_cast<std::size_t>(b)]);
   p.source = Source::kBucketPool;
-  start_reduce(p, static_cast<char*>(p.buffer.data()), bucket.shard, bucket.first);
+  start_reduce(p, static_cast<char*>(p.buffer.data()), bucket.shard, placement_.tag_layout(bucket),
+               bucket.first);
   pending_.push_back(std::move(p));
   ++merged_in_flight_;
 }
 
-void GradReducer::start_reduce(Pending& p, char* base, std::size_t count, UnitId tag) {
-  comm_.tag_next(tag);
+void GradReducer::start_reduce(Pending& p, char* base, std::size_t count, TagLayout layout,
+                               UnitId tag) {
+  comm_.tag_next(tag, layout);
   if (placement_.in.quantized_gradients) {
     p.quant = quant_pool_.take();
     p.handle = start_quantized_reduce_scatter(comm_, dev_, base, count, r_,
@@ -188,7 +190,7 @@ void GradReducer::finish_front() {
     if (replicas_ != nullptr) {  // hybrid: the group's mean, averaged across the groups
       for (UnitId u = bucket.first; u <= bucket.last; ++u) {
         char* own = at(unit_acc(u), placement_.own_begin(u), r_);
-        replicas_->tag_next(u);
+        replicas_->tag_next(u, placement_.tag_layout(u));
         replicas_->all_reduce(own, own, placement_.lay(u).shard, r_, ReduceOp::kAvg);
       }
     }
@@ -202,7 +204,7 @@ void GradReducer::finish_front() {
     if (replicas_ != nullptr) {
       // Hybrid: the group's mean, averaged across the groups; it runs while the trainer goes on
       // (the accumulation waits for it in finish_replica).
-      replicas_->tag_next(bucket.first);
+      replicas_->tag_next(bucket.first, placement_.tag_layout(bucket));
       p.handle = !p.quant.empty()
                      ? start_quantized_all_gather(*replicas_, dev_, r.data, r.count, r_,
                                                   placement_.in.quant_block, p.quant.data())
@@ -309,7 +311,7 @@ void GradReducer::reduce_at_boundary() {
     p.boundary = true;
     if (!bucket.merged()) {  // in place on the whole unit
       char* base = unit_acc(bucket.first);
-      comm_.tag_next(bucket.first);
+      comm_.tag_next(bucket.first, placement_.tag_layout(bucket));
       p.handle = reduce_async(base, at(base, placement_.own_begin(bucket.first), r_),
                               placement_.lay(bucket.first).shard);
       pending_.push_back(std::move(p));
@@ -324,7 +326,7 @@ void GradReducer::reduce_at_boundary() {
            RankSelect::all(placement_.in.world_size));
     }
     char* base = static_cast<char*>(p.buffer.data());
-    comm_.tag_next(bucket.first);
+    comm_.tag_next(bucket.first, placement_.tag_layout(bucket));
     p.handle = reduce_async(base, at(base, rank * bucket.shard, r_), bucket.shard);
     pending_.push_back(std::move(p));
     ++merged_in_flight_;

@@ -130,7 +130,7 @@ class GradReducer {
   void launch_bucket(int b);
   // Starts the reduce-scatter (qgZ: quantized) of `base`, N parts of `count`, into this rank's
   // part, for p; tagged with unit `tag`.
-  void start_reduce(Pending& p, char* base, std::size_t count, UnitId tag);
+  void start_reduce(Pending& p, char* base, std::size_t count, TagLayout layout, UnitId tag);
   // The reduction of `base` (N parts of `count`) leaving this rank's part at `own`: a
   // reduce-scatter, or with all_reduce_ an all-reduce of the whole in place.
   CommHandle reduce_async(char* base, char* own, std::size_t count);

@@ -130,7 +130,7 @@ void ParamGatherer::start_gather(UnitId u, bool async) {
 void ParamGatherer::issue_gather(UnitId u, const void* send, bool async) {
   UnitState& us = units_[static_cast<std::size_t>(u)];
   const std::size_t shard = placement_.lay(u).shard;
-  comm_.tag_next(u);
+  comm_.tag_next(u, placement_.tag_layout(u));
   if (placement_.in.quantized_weights) {
     us.quant = quant_pool_.take();
     CommHandle h = start_quantized_all_gather(comm_, dev_, send, shard, w_,
@@ -243,7 +243,7 @@ void ParamGatherer::gather_frozen() {
     const UnitPlacement& up = placement_.unit(u);
     if (!up.frozen || !up.kept_whole) continue;
     char* base = at(whole_base(), up.params_offset, w_);
-    comm_.tag_next(u);
+    comm_.tag_next(u, placement_.tag_layout(u));
     comm_.all_gather(at(base, placement_.own_begin(u), w_), base, placement_.lay(u).shard, w_);
   }
 }
@@ -281,7 +281,7 @@ void ParamGatherer::gather_updated() {
     f.bucket = static_cast<int>(bi);
     if (!b.merged()) {  // in place in the unit
       char* base = at(whole_base(), placement_.unit(b.first).params_offset, w_);
-      comm_.tag_next(b.first);
+      comm_.tag_next(b.first, placement_.tag_layout(b));
       f.handle = comm_.all_gather_async(at(base, placement_.own_begin(b.first), w_), base,
                                         placement_.lay(b.first).shard, w_);
       in_flight.push_back(std::move(f));
@@ -295,7 +295,7 @@ void ParamGatherer::gather_updated() {
            BucketSlot(f.staging.data(), b, up.gather_offset, placement_.lay(u).shard, w_),
            RankSelect::just(n, placement_.in.rank));
     }
-    comm_.tag_next(b.first);
+    comm_.tag_next(b.first, placement_.tag_layout(b));
     f.handle = comm_.all_gather_async(own, f.staging.data(), b.shard, w_);
     in_flight.push_back(std::move(f));
     ++merged;

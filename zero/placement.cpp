@@ -7,6 +7,8 @@
 #include <map>
 #include <utility>
 
+#include <xxhash.h>
+
 #include "offload/aio.hpp"
 #include "zero/comm.hpp"
 #include "zero/error.hpp"
@@ -252,6 +254,15 @@ bool frozen_unit(const UnitSpec& spec) {
              "' is not): a unit is reduced and stepped as a whole; declare its frozen parameters "
              "in a unit of their own");
   return frozen != nullptr;
+}
+
+TagLayout Placement::tag_layout(UnitId first, UnitId last) const {
+  TagLayout t;
+  for (UnitId u = first; u <= last; ++u) {
+    t.elements += lay(u).numel;
+    t.digest = u == first ? lay(u).digest : XXH3_64bits_withSeed(&lay(u).digest, 8, t.digest);
+  }
+  return t;
 }
 
 Placement make_placement(PlacementInput in) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "offload/nvme_swapper.hpp"
+#include "zero/comm.hpp"
 #include "zero/config.hpp"
 #include "zero/config/stage_policy.hpp"
 #include "zero/device_ops.hpp"
@@ -274,6 +275,12 @@ struct Placement {
   std::size_t num_units() const noexcept { return units.size(); }
   const UnitLayout& lay(UnitId u) const { return layout.units[static_cast<std::size_t>(u)]; }
   const UnitPlacement& unit(UnitId u) const { return units[static_cast<std::size_t>(u)]; }
+  // What units first..last are on this rank (their elements before padding, their layouts'
+  // digests combined), for the fingerprint of a collective that moves them: every engine
+  // collective tagged with a unit says it (Communicator::tag_next).
+  TagLayout tag_layout(UnitId first, UnitId last) const;
+  TagLayout tag_layout(UnitId u) const { return tag_layout(u, u); }
+  TagLayout tag_layout(const Bucket& b) const { return tag_layout(b.first, b.last); }
   // Where this rank's shard starts in unit u's padded range.
   std::size_t own_begin(UnitId u) const { return static_cast<std::size_t>(in.rank) * lay(u).shard; }
   // f(at, count, group) for every run of unit u's stepped range that meets [at, at + count),

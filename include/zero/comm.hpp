@@ -142,6 +142,15 @@ struct CollectiveEvent {
   std::int64_t tag = -1;
 };
 
+// What the units a tagged collective moves are on this rank (Communicator::tag_next): their
+// parameters' elements before padding and a digest of their shapes, groups and frozen flags
+// (the engine's detail::UnitLayout). Ranks whose models differ by less than the padding move the
+// same count; this is what tells them apart. {0, 0}: not said.
+struct TagLayout {
+  std::uint64_t elements = 0;
+  std::uint64_t digest = 0;
+};
+
 // ---- asynchronous completion
 
 namespace detail {
@@ -174,6 +183,7 @@ struct CollectiveArgs {
   // checks the ranks' fingerprints of it before running it (CommDebug::kDetail).
   std::uint64_t seq = 0;
   std::int64_t tag = -1;
+  TagLayout tag_layout;
   bool verify = false;
 };
 }  // namespace detail
@@ -219,7 +229,7 @@ class CommHandle {
 //   kOff     the default. The in-process backend still compares every collective's fingerprint
 //            (zero/comm/fingerprint.hpp: seq, kind, count, dtype, op, root, unit tag) across its
 //            ranks: they share memory, so it costs nothing.
-//   kDetail  MPI and NCCL also all-gather each rank's 32-byte fingerprint before every
+//   kDetail  MPI and NCCL also all-gather each rank's 48-byte fingerprint before every
 //            collective (one small collective more each), so ranks that disagree — one skipped
 //            a unit's gather, reduces another count, has another model — fail at the collective
 //            where they diverged, every rank with the same kInvalidArgument error naming both
@@ -270,8 +280,13 @@ class Communicator {
   // Collectives issued so far: the seq the next collective will have (CollectiveEvent::seq).
   std::uint64_t issued() const noexcept { return seq_; }
   // The next collective issued carries `tag` in its event and trace regions (the unit it moves)
-  // and in its fingerprint (CommDebug).
-  void tag_next(std::int64_t tag) noexcept { next_tag_ = tag; }
+  // and in its fingerprint (CommDebug). `layout` says what the tagged units are on this rank
+  // (TagLayout) so that ranks whose models differ by less than the padding still fail the
+  // fingerprint check.
+  void tag_next(std::int64_t tag, TagLayout layout = {}) noexcept {
+    next_tag_ = tag;
+    next_layout_ = layout;
+  }
   // The cross-rank checks (CommDebug) of collectives issued afterwards; split() passes it on.
   // Every rank of the group must use the same level (MPI, NCCL: the levels' collectives differ).
   void set_debug(CommDebug level) noexcept { debug_ = level; }
@@ -381,6 +396,7 @@ class Communicator {
   std::shared_ptr<detail::EventLog> event_log_;  // shared with tasks that outlive this object
   Tracer* tracer_ = nullptr;
   std::int64_t next_tag_ = -1;
+  TagLayout next_layout_;
   CommDebug debug_ = CommDebug::kOff;
   std::size_t flight_capacity_ = 0;
   std::string flight_dir_;

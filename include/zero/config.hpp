@@ -235,7 +235,7 @@ struct Config {
   std::string comm_backend = "auto";  // auto | thread | mpi | nccl
   // Cross-rank checks of every collective (zero::CommDebug, zero/comm.hpp): "off" | "detail";
   // env ZERO_COMM_DEBUG. detail: MPI / NCCL ranks that disagree on a collective fail at it, naming
-  // both calls and their units, instead of at the timeout (one 32-byte all-gather more each).
+  // both calls and their units, instead of at the timeout (one 48-byte all-gather more each).
   std::string comm_debug = "off";
   // The flight recorder (Communicator::set_flight_recorder): collectives kept per rank, in
   // [0, 1e6] (0: off), and the directory each rank writes flight_rank<r>.json to on a failure, on

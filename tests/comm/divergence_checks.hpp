@@ -15,7 +15,7 @@
 
 namespace zero::test {
 
-enum class Divergence { kSkipsAGather, kOtherCount, kOtherModel };
+enum class Divergence { kSkipsAGather, kOtherCount, kOtherModel, kPaddedModel, kOtherShapes };
 
 struct DivergenceSeen {
   bool failed = false;
@@ -30,17 +30,21 @@ struct DivergenceSeen {
 //   kSkipsAGather  the last rank skips unit 2's gather (seq 2: unit 2 vs unit 3).
 //   kOtherCount    the last rank reduce-scatters unit 1 with 9 elements a rank, the others 8.
 //   kOtherModel    the last rank's model (an Engine over the test MLP) has a hidden layer 32
-//                  wider: its units' padded sizes differ. (A difference the padding to a multiple
-//                  of 32 x ranks elements absorbs reaches no collective's fingerprint.)
+//                  wider: its units' padded sizes differ (another count moved).
+//   kPaddedModel   the last rank's hidden layer is 1 wider: the padding to a multiple of 32 x
+//                  ranks elements absorbs it, every collective moves the same count; the units'
+//                  layouts in the fingerprint (TagLayout) differ.
+//   kOtherShapes   one unit of a 6 x 4 weight and a 4-bias, the last rank's weight 4 x 6: the
+//                  same elements in another shape.
 inline DivergenceSeen run_divergence(Communicator& c, Divergence d) {
   DivergenceSeen seen;
   const bool odd = c.rank() == c.size() - 1;
   const auto n = static_cast<std::size_t>(c.size());
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    if (d == Divergence::kOtherModel) {
+    if (d == Divergence::kOtherModel || d == Divergence::kPaddedModel) {
       std::vector<int> dims = testing::kDims;
-      if (odd) dims[1] += 32;
+      if (odd) dims[1] += d == Divergence::kOtherModel ? 32 : 1;
       testing::RunSpec spec{.stage = 3, .ranks = c.size()};
       const Config cfg = testing::make_config(spec);
       testing::Mlp mlp(dims);
@@ -48,6 +52,12 @@ inline DivergenceSeen run_divergence(Communicator& c, Divergence d) {
       mlp.declare(e);
       mlp.init(e, 42);
       testing::run_steps(e, mlp, c.rank(), 2);
+    } else if (d == Divergence::kOtherShapes) {
+      Engine e(c, testing::make_config(testing::RunSpec{.stage = 3, .ranks = c.size()}));
+      const std::vector<std::int64_t> w =
+          odd ? std::vector<std::int64_t>{4, 6} : std::vector<std::int64_t>{6, 4};
+      e.add_unit(UnitSpec{"layer", {ParamSpec{"w", w}, ParamSpec{"b", {4}}}});
+      GatherGuard g = e.gather(0);
     } else {
       std::vector<float> shard(9, 1.0f), full(9 * n, 0.0f);
       for (int u = 0; u < 4; ++u) {
@@ -82,6 +92,17 @@ inline std::vector<std::string> divergence_names(Divergence d, int size) {
       return {"rank 0 issued seq 6 reduce_scatter(8 x f32, sum) unit 1",
               "rank " + last + " issued seq 6 reduce_scatter(9 x f32, sum) unit 1"};
     case Divergence::kOtherModel: return {"ranks disagree on the collective: rank 0 issued seq"};
+    case Divergence::kPaddedModel:
+      // Unit 0 is the first layer: an 11 x 5 weight, its bias at 64 (32-aligned): 75 elements;
+      // the last rank's 12 x 5 and 12: 76. Both pad to the same multiple of 32 x ranks.
+      return {"the ranks' models differ: at seq 0 all_gather(",
+              ") unit 0: rank 0 moves 75 parameter elements (before padding), rank " + last +
+                  " moves 76;"};
+    case Divergence::kOtherShapes:
+      // 24 weight elements, the bias at 32: 36 elements either way.
+      return {"the ranks' models differ: at seq 0 all_gather(",
+              ") unit 0: rank 0 moves 36 parameter elements (before padding), rank " + last +
+                  " moves 36 in other parameter shapes"};
   }
   return {};
 }
@@ -91,6 +112,8 @@ inline const char* to_string(Divergence d) {
     case Divergence::kSkipsAGather: return "skips_a_gather";
     case Divergence::kOtherCount: return "other_count";
     case Divergence::kOtherModel: return "other_model";
+    case Divergence::kPaddedModel: return "padded_model";
+    case Divergence::kOtherShapes: return "other_shapes";
   }
   return "?";
 }

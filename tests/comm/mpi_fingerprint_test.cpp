@@ -55,7 +55,8 @@ TEST_P(MpiDivergence, EveryRankFailsAtTheCollectiveNamingBothCallsAndUnits) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, MpiDivergence,
                          ::testing::Values(Divergence::kSkipsAGather, Divergence::kOtherCount,
-                                           Divergence::kOtherModel),
+                                           Divergence::kOtherModel, Divergence::kPaddedModel,
+                                           Divergence::kOtherShapes),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace

@@ -53,15 +53,16 @@ TEST_P(ThreadDivergence, EveryRankFailsAtTheCollectiveNamingBothCallsAndUnits) {
       to_string(d), n, seen[0].seconds, kTimeoutS, seen[0].message.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, ThreadDivergence,
-                         ::testing::Combine(::testing::Values(Divergence::kSkipsAGather,
-                                                              Divergence::kOtherCount,
-                                                              Divergence::kOtherModel),
-                                            ::testing::Values(2, 3, 4)),
-                         [](const auto& info) {
-                           return std::string(to_string(std::get<0>(info.param))) + "_np" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ThreadDivergence,
+    ::testing::Combine(::testing::Values(Divergence::kSkipsAGather, Divergence::kOtherCount,
+                                         Divergence::kOtherModel, Divergence::kPaddedModel,
+                                         Divergence::kOtherShapes),
+                       ::testing::Values(2, 3, 4)),
+    [](const auto& info) {
+      return std::string(to_string(std::get<0>(info.param))) + "_np" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace zero::test
