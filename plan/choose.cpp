@@ -175,6 +175,9 @@ void fit(Candidate& c, const World& w, const MemoryBudget& b) {
   if (!w.device_is_host) per_tier.device /= static_cast<std::size_t>(w.local());  // per rank
   c.shortfall = fit_shortfall(per_tier, b);
   auto worst = [&](std::size_t need, std::size_t has) {
+    if (has > 0) {
+      c.fullest = std::max(c.fullest, static_cast<double>(need) / static_cast<double>(has));
+    }
     if (has > 0 && need > has && need - has > c.worst_short) {
       c.worst_short = need - has;
       c.worst_budget = has;
@@ -260,13 +263,16 @@ Choice choose_config(const TrainerModel& trainer, const std::string& base_json, 
     out.candidates.push_back(std::move(c));
   }
   // Fitting and timed first, fastest first; then fitting but untimed; then the rest, least short
-  // first. Ties keep the enumeration's order (the simpler configuration first).
+  // first. Equal predicted times (what the model cannot tell apart: stages 1 and 2 without
+  // accumulation move the same buckets) go to the one that leaves the most room, then keep the
+  // enumeration's order (the simpler configuration first).
   auto rank = [](const Candidate& c) { return !c.fits() ? 2 : (c.untimed.empty() ? 0 : 1); };
   std::stable_sort(out.candidates.begin(), out.candidates.end(),
                    [&](const Candidate& a, const Candidate& b) {
                      if (rank(a) != rank(b)) return rank(a) < rank(b);
                      if (rank(a) == 2) return a.worst_short < b.worst_short;
-                     return a.time.total() < b.time.total();
+                     if (a.time.total() != b.time.total()) return a.time.total() < b.time.total();
+                     return rank(a) == 0 && a.fullest < b.fullest;
                    });
   if (!out.candidates.empty() && out.candidates.front().fits()) out.chosen = 0;
   return out;
@@ -280,9 +286,17 @@ std::string Choice::why_lost(std::size_t i) const {
   }
   if (!c.untimed.empty()) return "fits, not timed: " + c.untimed;
   if (chosen < 0) return "fits";
-  const double best = candidates[static_cast<std::size_t>(chosen)].time.total();
+  const Candidate& ch = candidates[static_cast<std::size_t>(chosen)];
+  const double best = ch.time.total();
   const double d = c.time.total() - best;
-  char b[96];
+  char b[160];
+  if (d == 0 && &c != &ch) {
+    std::snprintf(b, sizeof b,
+                  "fits, as fast by the profile, with less room (%.1f%% of its fullest tier's "
+                  "budget against %.1f%%)",
+                  100 * c.fullest, 100 * ch.fullest);
+    return b;
+  }
   std::snprintf(b, sizeof b, "fits, slower by %.3g s (+%.1f%%)", d, best > 0 ? 100 * d / best : 0);
   return b;
 }

@@ -110,6 +110,9 @@ struct Candidate {
   std::string shortfall;          // against the budget less the margin; empty: it fits
   std::size_t worst_short = 0;    // the largest tier's shortfall in bytes (0: fits)
   std::size_t worst_budget = 0;   // ... of that tier's budget (less the margin)
+  // The largest fraction of a limited tier's budget (less the margin) it needs: of candidates
+  // predicted equally fast, the one that leaves the most room is chosen.
+  double fullest = 0;
   StepTime time;
   std::string untimed;  // why no time (a figure the profile lacks); empty: timed
   bool fits() const { return shortfall.empty(); }

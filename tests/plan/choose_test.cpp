@@ -154,7 +154,19 @@ TEST(Choose, TheChoiceIsTheFastestThatFitsAndTheOthersSaySo) {
       ++fit;
       EXPECT_LE(best.time.total(), c.time.total()) << c.label;
       if (static_cast<int>(i) != ch.chosen) {
-        EXPECT_EQ(ch.why_lost(i).rfind("fits, slower by", 0), 0u) << ch.why_lost(i);
+        const std::string why = ch.why_lost(i);
+        if (c.time.total() == best.time.total()) {  // a tie: it leaves less room
+          EXPECT_GE(c.fullest, best.fullest) << c.label;
+          EXPECT_EQ(why.rfind("fits, as fast by the profile, with less room", 0), 0u) << why;
+        } else {
+          EXPECT_EQ(why.rfind("fits, slower by", 0), 0u) << why;
+        }
+      }
+      // Fastest first; among equal times, the most room first.
+      if (i > 0 && ch.candidates[i - 1].fits()) {
+        const Candidate& prev = ch.candidates[i - 1];
+        EXPECT_LE(prev.time.total(), c.time.total()) << c.label;
+        if (prev.time.total() == c.time.total()) EXPECT_LE(prev.fullest, c.fullest) << c.label;
       }
     } else {
       ++short_;
@@ -376,6 +388,31 @@ TEST(Choose, TheWrittenDocumentLoadsAsTheCandidatesConfig) {
             "{\n  \"a\": {\n    \"b\": 2,\n    \"c\": \"x\"\n  }\n}\n");
   testing::expect_error([] { (void)config_document("[1]", {}); }, ErrorCode::kConfig,
                         "not a JSON object");
+}
+
+// Stages 1 and 2 without accumulation move the same buckets: the profile predicts them equally
+// fast, and the one that leaves the most room (stage 2: its gradients sharded) is chosen.
+TEST(Choose, EqualTimesGoToTheOneThatLeavesTheMostRoom) {
+  World w;
+  w.ranks = 2;
+  w.host_bytes = std::size_t{1} << 30;
+  ChooseSpace s;
+  s.optimizer_offload = {"none"};
+  s.moment_dtypes = {"f32"};
+  s.buckets = {0};
+  s.stages = {1, 2};
+  const Choice ch = choose_config(model(), "{}", w, profile(false), s);
+  ASSERT_EQ(ch.candidates.size(), 2u);
+  ASSERT_EQ(ch.chosen, 0);
+  const Candidate& chosen = ch.candidates[0];
+  const Candidate& other = ch.candidates[1];
+  ASSERT_EQ(chosen.time.total(), other.time.total());
+  EXPECT_EQ(chosen.config.zero_optimization.stage, 2);
+  EXPECT_LT(chosen.fullest, other.fullest);
+  EXPECT_DOUBLE_EQ(chosen.fullest,
+                   static_cast<double>(chosen.need.host) / static_cast<double>(ch.budget.host));
+  EXPECT_EQ(ch.why_lost(1).rfind("fits, as fast by the profile, with less room", 0), 0u)
+      << ch.why_lost(1);
 }
 
 }  // namespace
