@@ -122,7 +122,9 @@ TEST(ThreadGroupFailure, ASizeTheMachineCannotRunIsRefusedBeforeAnyThreadStarts)
   // No more than threads-max allows (an independent bound on the figure).
   std::size_t threads_max = 0;
   std::ifstream("/proc/sys/kernel/threads-max") >> threads_max;
-  if (threads_max > 0) EXPECT_LE(static_cast<std::size_t>(most), threads_max / kThreadsPerRank);
+  if (threads_max > 0) {
+    EXPECT_LE(static_cast<std::size_t>(most), threads_max / kThreadsPerRank);
+  }
   std::atomic<int> ran{0};
   const std::size_t before = threads_of_this_process();
   testing::expect_error([&] { ThreadGroup::run(1 << 30, [&](Communicator&) { ++ran; }); },

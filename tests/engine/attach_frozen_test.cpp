@@ -321,11 +321,19 @@ TEST(AttachFrozen, PartialOptimizerOffloadSplitsTheAttachedUnitsBitwise) {
           ASSERT_TRUE(same_bits(got[i], ref[i])) << what << ": element " << i;
         }
         // The state moves to the pinned tier unit by unit as the ratio grows: none at 0, all at 1.
-        if (ratio == 0.0) EXPECT_EQ(pinned, 0u) << what;
-        if (ratio == 1.0) EXPECT_EQ(on_device, 0u) << what;
-        if (ratio == 0.5) EXPECT_GT(on_device, 0u) << what;
+        if (ratio == 0.0) {
+          EXPECT_EQ(pinned, 0u) << what;
+        }
+        if (ratio == 1.0) {
+          EXPECT_EQ(on_device, 0u) << what;
+        }
+        if (ratio == 0.5) {
+          EXPECT_GT(on_device, 0u) << what;
+        }
         EXPECT_GE(pinned, last_pinned) << what;
-        if (ratio > 0.0) EXPECT_GT(pinned, 0u) << what;
+        if (ratio > 0.0) {
+          EXPECT_GT(pinned, 0u) << what;
+        }
         last_pinned = pinned;
       }
     }

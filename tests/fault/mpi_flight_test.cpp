@@ -69,6 +69,22 @@ bool wait_for(const std::vector<fs::path>& paths) {
   }
 }
 
+// After a job whose rank 1 died: the merged report of ranks 0 and 2 (printed), or empty with a
+// failure added when the watchdog fired or their records are missing.
+std::string survivors_report(const testing::SubprocessResult& job, const fs::path& dir) {
+  if (job.watchdog_fired) {
+    ADD_FAILURE() << "the job outlived the watchdog (" << kWatchdogS << " s):\n" << job.output;
+    return {};
+  }
+  if (!fs::exists(dir / "flight_rank0.json") || !fs::exists(dir / "flight_rank2.json")) {
+    ADD_FAILURE() << "ranks 0 and 2 did not both write a record:\n" << job.output;
+    return {};
+  }
+  std::string report = flight_report(dir.string());
+  std::printf("%s", report.c_str());
+  return report;
+}
+
 void expect_has(const std::string& report, const std::string& text) {
   EXPECT_NE(std::string::npos, report.find(text)) << "missing: " << text << "\nin:\n" << report;
 }
@@ -109,12 +125,8 @@ TEST(MpiFlight, StoppedRankIsNamedAndWhereEachRankIs) {
 
 TEST(MpiFlight, KilledRankIsNamedAndWhereTheOthersWait) {
   const fs::path dir = fresh_dir("killed");
-  const auto job = run_subprocess(mpirun(dir, "kill"), kWatchdogS);
-  ASSERT_FALSE(job.watchdog_fired) << job.output;
-  ASSERT_TRUE(fs::exists(dir / "flight_rank0.json") && fs::exists(dir / "flight_rank2.json"))
-      << job.output;
-  const std::string report = flight_report(dir.string());
-  std::printf("%s", report.c_str());
+  const std::string report = survivors_report(run_subprocess(mpirun(dir, "kill"), kWatchdogS), dir);
+  ASSERT_FALSE(report.empty());
   expect_has(report, "rank 1: no record");
   expect_has(report, "=> rank 1 has no record");
   expect_has(report, kWaitAt);
@@ -125,12 +137,9 @@ TEST(MpiFlight, KilledRankIsNamedAndWhereTheOthersWait) {
 TEST(MpiFlight, KilledRankUnderPlainMpirunTheOthersWriteOnSigterm) {
   // A comm timeout past the watchdog: the records can only come from mpirun's SIGTERM.
   const fs::path dir = fresh_dir("sigterm");
-  const auto job = run_subprocess(mpirun(dir, "kill", false, 10 * kWatchdogS), kWatchdogS);
-  ASSERT_FALSE(job.watchdog_fired) << job.output;
-  ASSERT_TRUE(fs::exists(dir / "flight_rank0.json") && fs::exists(dir / "flight_rank2.json"))
-      << job.output;
-  const std::string report = flight_report(dir.string());
-  std::printf("%s", report.c_str());
+  const std::string report = survivors_report(
+      run_subprocess(mpirun(dir, "kill", false, 10 * kWatchdogS), kWatchdogS), dir);
+  ASSERT_FALSE(report.empty());
   expect_has(report, "rank 0: at seq 14 reduce_scatter(64 x f32, sum) unit 1");
   expect_has(report, "[signal SIGTERM]");
   expect_has(report, "=> rank 1 has no record");

@@ -166,7 +166,9 @@ TEST(Choose, TheChoiceIsTheFastestThatFitsAndTheOthersSaySo) {
       if (i > 0 && ch.candidates[i - 1].fits()) {
         const Candidate& prev = ch.candidates[i - 1];
         EXPECT_LE(prev.time.total(), c.time.total()) << c.label;
-        if (prev.time.total() == c.time.total()) EXPECT_LE(prev.fullest, c.fullest) << c.label;
+        if (prev.time.total() == c.time.total()) {
+          EXPECT_LE(prev.fullest, c.fullest) << c.label;
+        }
       }
     } else {
       ++short_;

@@ -129,7 +129,9 @@ TEST(TorchFrozen, RequiresGradFalseAgainstAdamWOnTheTrainableOnly) {
       ASSERT_EQ(got.params.size(), start.size()) << what;
       EXPECT_GT(got.frozen_units, 0) << what;
       for (std::size_t i = 0; i < start.size(); ++i) {
-        if (frozen[i]) EXPECT_TRUE(::torch::equal(got.params[i], start[i])) << what << " #" << i;
+        if (frozen[i]) {
+          EXPECT_TRUE(::torch::equal(got.params[i], start[i])) << what << " #" << i;
+        }
       }
       const double d = max_rel_diff(got.params, ref);
       worst = std::max(worst, d);
