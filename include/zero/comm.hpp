@@ -183,7 +183,7 @@ struct CollectiveArgs {
   // checks the ranks' fingerprints of it before running it (CommDebug::kDetail).
   std::uint64_t seq = 0;
   std::int64_t tag = -1;
-  TagLayout tag_layout;
+  TagLayout tag_layout{};
   bool verify = false;
 };
 }  // namespace detail

@@ -1,8 +1,8 @@
 // CpuOptimizer against a float64 reference written from the published update rules (not from
 // optim_math.hpp): every rule x gradient dtype x copy dtype x ISA, 10 steps of random data,
 // odd sizes, misaligned starts, canaries around every array, poisoned copies. Every SIMD path
-// must match the scalar path bit for bit (the stated bound: 0 ulp). Also grad_stats and the
-// argument errors.
+// must match the scalar path bit for bit (the stated bound: 0 ulp). grad_stats:
+// grad_stats_test.cpp; the hyper-parameters and argument errors: optimizer_params_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/isas.hpp"
 #include "zero/config.hpp"
 #include "zero/cpu_features.hpp"
 #include "zero/dtype.hpp"
@@ -25,19 +26,13 @@
 namespace zero {
 namespace {
 
+using testing::available_isas;
+
 constexpr int kSteps = 10;
 constexpr std::size_t kGuard = 16;           // canary elements before and after every array
 constexpr std::uint16_t kPoison16 = 0xffff;  // NaN in bf16 and f16
 constexpr float kCanaryF = -12345.0f;
 constexpr std::uint16_t kCanary16 = 0x5a5a;
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (isa_supported(isa)) out.push_back(isa);
-  }
-  return out;
-}
 
 // [kGuard canaries][misalign][n elements][kGuard canaries]
 template <typename T>
@@ -96,7 +91,7 @@ std::vector<Variant> variants() {
   p.type = OptimizerType::kAdam;
   p.adam_w_mode = false;  // L2
   p.lr = 2e-3;
-  p.beta1 = 0.8;
+  p.beta1 = 0.8;  // optimizer.params.betas [0.8, 0.99] (the config's sample value)
   p.beta2 = 0.99;
   p.eps = 1e-6;
   p.weight_decay = 0.05;
@@ -596,226 +591,6 @@ TEST(CpuOptimizer, InitStateZeroesEveryStateArray) {
   CpuOptimizer(o).init_state(hp, shard);
   EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](std::uint16_t x) { return x == 0; }));
   EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](std::uint16_t x) { return x == 0; }));
-}
-
-// ---- grad_stats
-TEST(GradStats, SumOfSquaresMatchesFloat64AndIsTheSameBitsOnEveryPath) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
-  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{17}, std::size_t{1000003}}) {
-      std::vector<float> f(n + 1);
-      std::vector<std::uint16_t> h(n + 1);
-      long double want = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        float x = u(rng);
-        if (x == 0.0f) x = 1.0f;
-        h[i + 1] = t == DType::kF16 ? f32_to_f16(x) : f32_to_bf16(x);
-        f[i + 1] = t == DType::kF32 ? x : static_cast<float>(decode(h[i + 1], t));
-        want += static_cast<long double>(f[i + 1]) * f[i + 1];
-      }
-      const void* data = t == DType::kF32 ? static_cast<const void*>(f.data() + 1)
-                                          : static_cast<const void*>(h.data() + 1);
-      std::optional<double> first;
-      for (Isa isa : available_isas()) {
-        for (int threads : {1, 2}) {
-          CpuExecOptions o;
-          o.isa = isa;
-          o.threads = threads;
-          o.block_elems = 4096;
-          const GradStats s = CpuOptimizer(o).grad_stats(data, t, n);
-          EXPECT_FALSE(s.non_finite);
-          EXPECT_NEAR(s.sum_squares, static_cast<double>(want), 1e-13 * static_cast<double>(want))
-              << to_string(t) << " n " << n << " " << to_string(isa);
-          if (!first) first = s.sum_squares;
-          EXPECT_EQ(std::memcmp(&*first, &s.sum_squares, sizeof(double)), 0)
-              << "bits differ: " << to_string(t) << " n " << n << " " << to_string(isa)
-              << " threads " << threads;
-        }
-      }
-    }
-  }
-}
-
-TEST(GradStats, FindsInfAndNanAnywhere) {
-  const std::size_t n = 1000;
-  for (Isa isa : available_isas()) {
-    CpuExecOptions o;
-    o.isa = isa;
-    o.block_elems = 128;
-    CpuOptimizer opt(o);
-    for (std::size_t pos :
-         {std::size_t{0}, std::size_t{15}, std::size_t{16}, std::size_t{500}, std::size_t{999}}) {
-      for (float bad :
-           {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-            std::numeric_limits<float>::quiet_NaN()}) {
-        std::vector<float> f(n, 1.0f);
-        f[pos] = bad;
-        EXPECT_TRUE(opt.grad_stats(f.data(), DType::kF32, n).non_finite)
-            << to_string(isa) << " pos " << pos;
-        std::vector<std::uint16_t> h(n, 0x3c00);  // 1.0 in f16
-        h[pos] = f32_to_f16(bad);
-        EXPECT_TRUE(opt.grad_stats(h.data(), DType::kF16, n).non_finite);
-        std::vector<std::uint16_t> b(n, 0x3f80);  // 1.0 in bf16
-        b[pos] = f32_to_bf16(bad);
-        EXPECT_TRUE(opt.grad_stats(b.data(), DType::kBF16, n).non_finite);
-      }
-    }
-    // The largest finite values do not overflow the double sum.
-    std::vector<float> big(n, std::numeric_limits<float>::max());
-    const GradStats s = opt.grad_stats(big.data(), DType::kF32, n);
-    EXPECT_FALSE(s.non_finite);
-    EXPECT_TRUE(std::isfinite(s.sum_squares));
-  }
-}
-
-// ---- per-step scalars
-TEST(StepScalars, SgdStartsTheBufferAtTheGradient) {
-  OptimizerParams hp;
-  hp.type = OptimizerType::kSgd;
-  hp.momentum = 0.9;
-  hp.dampening = 0.5;
-  auto s1 = detail::optim::make_step_scalars(hp, 1, 1.0f);
-  EXPECT_EQ(s1.beta1, 0.0f);
-  EXPECT_EQ(s1.one_minus_beta1, 1.0f);
-  auto s2 = detail::optim::make_step_scalars(hp, 2, 1.0f);
-  EXPECT_EQ(s2.beta1, 0.9f);
-  EXPECT_EQ(s2.one_minus_beta1, 0.5f);
-}
-
-TEST(StepScalars, AdamBiasCorrection) {
-  OptimizerParams hp;  // AdamW, lr 1e-3, betas 0.9/0.999
-  auto s = detail::optim::make_step_scalars(hp, 3, 0.5f);
-  EXPECT_EQ(s.grad_scale, 0.5f);
-  EXPECT_EQ(s.neg_step, static_cast<float>(-1e-3 / (1 - std::pow(0.9, 3))));
-  EXPECT_EQ(s.inv_sqrt_bc2, static_cast<float>(1 / std::sqrt(1 - std::pow(0.999, 3))));
-  hp.bias_correction = false;
-  s = detail::optim::make_step_scalars(hp, 3, 0.5f);
-  EXPECT_EQ(s.neg_step, -1e-3f);
-  EXPECT_EQ(s.inv_sqrt_bc2, 1.0f);
-}
-
-// ---- configuration
-TEST(OptimizerParams, FromConfig) {
-  OptimizerConfig c;
-  c.type = "adam";
-  c.lr = 3e-4;
-  c.betas = {0.8, 0.95};
-  c.weight_decay = 0.1;
-  c.adam_w_mode = false;
-  c.moment_dtype = "bf16";
-  const OptimizerParams p = OptimizerParams::from_config(c);
-  EXPECT_EQ(p.type, OptimizerType::kAdam);
-  EXPECT_EQ(p.lr, 3e-4);
-  EXPECT_EQ(p.beta1, 0.8);
-  EXPECT_EQ(p.beta2, 0.95);
-  EXPECT_FALSE(p.adam_w_mode);
-  EXPECT_EQ(p.moment_dtype, MomentDType::kBF16);
-  EXPECT_EQ(p.num_states(), 2);
-
-  auto config_error = [](OptimizerConfig bad, const std::string& key) {
-    try {
-      OptimizerParams::from_config(bad);
-      ADD_FAILURE() << "no error for " << key;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kConfig) << e.what();
-      EXPECT_NE(e.message().find(key), std::string::npos) << e.what();
-    }
-  };
-  OptimizerConfig bad = c;
-  bad.type = "RMSprop";
-  config_error(bad, "optimizer.type");
-  bad = c;
-  bad.betas = {1.0, 0.9};
-  config_error(bad, "optimizer.params.betas[0]");
-  bad = c;
-  bad.lr = -1;
-  config_error(bad, "optimizer.params.lr");
-  bad = c;
-  bad.type = "SGD";
-  bad.moment_dtype = "bf16";
-  config_error(bad, "optimizer.params.moment_dtype");
-  bad = c;
-  bad.type = "SGD";
-  bad.moment_dtype = "f32";
-  bad.nesterov = true;
-  config_error(bad, "optimizer.params.nesterov");
-}
-
-// ---- bad arguments: zero::Error naming the problem, nothing written
-void expect_invalid(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
-TEST(CpuOptimizer, BadArgumentsAreErrors) {
-  OptimizerParams hp;
-  std::vector<float> p(64, 1.0f), m(64, 0.0f), v(64, 0.0f), g(64, 1.0f);
-  std::vector<std::uint16_t> copy(64, kPoison16);
-  ShardRef ok;
-  ok.count = 64;
-  ok.master = p.data();
-  ok.grad = g.data();
-  ok.state[0] = m.data();
-  ok.state[1] = v.data();
-  CpuOptimizer opt;
-  const std::vector<float> p_before = p;
-
-  expect_invalid([&] { opt.step(hp, ok, 0); }, "step number 0");
-  expect_invalid([&] { opt.step(hp, ok, 1, 0.0f); }, "grad_scale");
-  expect_invalid([&] { opt.step(hp, ok, 1, std::numeric_limits<float>::infinity()); },
-                 "grad_scale");
-  expect_invalid([&] { opt.step(hp, ok, 1, std::numeric_limits<float>::quiet_NaN()); },
-                 "grad_scale");
-  ShardRef s = ok;
-  s.master = nullptr;
-  expect_invalid([&] { opt.step(hp, s, 1); }, "master is null");
-  s = ok;
-  s.grad = nullptr;
-  expect_invalid([&] { opt.step(hp, s, 1); }, "grad is null");
-  s = ok;
-  s.state[1] = nullptr;
-  expect_invalid([&] { opt.step(hp, s, 1); }, "state[1] is null");
-  s = ok;
-  s.master = reinterpret_cast<float*>(reinterpret_cast<char*>(p.data()) + 2);
-  expect_invalid([&] { opt.step(hp, s, 1); }, "master");
-  s = ok;
-  s.param_copy = copy.data();
-  s.param_copy_dtype = DType::kF32;
-  expect_invalid([&] { opt.step(hp, s, 1); }, "param_copy_dtype");
-  OptimizerParams bad = hp;
-  bad.beta2 = 1.0;
-  expect_invalid([&] { opt.step(bad, ok, 1); }, "betas[1]");
-  bad = hp;
-  bad.eps = -1;
-  expect_invalid([&] { opt.step(bad, ok, 1); }, "eps");
-  bad = hp;
-  bad.type = OptimizerType::kLion;
-  bad.moment_dtype = MomentDType::kBF16;
-  expect_invalid([&] { opt.step(bad, ok, 1); }, "moment_dtype");
-  bad = {};
-  bad.type = OptimizerType::kSgd;
-  bad.nesterov = true;
-  expect_invalid([&] { opt.step(bad, ok, 1); }, "Nesterov");
-  EXPECT_EQ(p, p_before) << "a failed step wrote the master";
-  EXPECT_TRUE(
-      std::all_of(copy.begin(), copy.end(), [](std::uint16_t x) { return x == kPoison16; }));
-
-  CpuExecOptions o;
-  o.threads = -1;
-  expect_invalid([&] { CpuOptimizer x(o); }, "threads");
-  o = {};
-  o.block_elems = 100;
-  expect_invalid([&] { CpuOptimizer x(o); }, "block_elems");
-  expect_invalid([&] { (void)parse_optimizer_type("adamax"); }, "adamax");
-  expect_invalid([&] { (void)opt.grad_stats(nullptr, DType::kF32, 3); }, "grad is null");
-  // An empty shard is a no-op, null pointers and all.
-  EXPECT_NO_THROW(opt.step(hp, ShardRef{}, 1));
 }
 
 }  // namespace
