@@ -15,7 +15,14 @@
 
 namespace zero::test {
 
-enum class Divergence { kSkipsAGather, kOtherCount, kOtherModel, kPaddedModel, kOtherShapes };
+enum class Divergence {
+  kSkipsAGather,
+  kOtherCount,
+  kOtherModel,
+  kPaddedModel,
+  kOtherShapes,
+  kOtherFrozen
+};
 
 struct DivergenceSeen {
   bool failed = false;
@@ -36,6 +43,8 @@ struct DivergenceSeen {
 //                  layouts in the fingerprint (TagLayout) differ.
 //   kOtherShapes   one unit of a 6 x 4 weight and a 4-bias, the last rank's weight 4 x 6: the
 //                  same elements in another shape.
+//   kOtherFrozen   the same unit, frozen on the last rank only (ParamSpec::trainable): the same
+//                  shapes, gathered alike.
 inline DivergenceSeen run_divergence(Communicator& c, Divergence d) {
   DivergenceSeen seen;
   const bool odd = c.rank() == c.size() - 1;
@@ -52,11 +61,15 @@ inline DivergenceSeen run_divergence(Communicator& c, Divergence d) {
       mlp.declare(e);
       mlp.init(e, 42);
       testing::run_steps(e, mlp, c.rank(), 2);
-    } else if (d == Divergence::kOtherShapes) {
+    } else if (d == Divergence::kOtherShapes || d == Divergence::kOtherFrozen) {
       Engine e(c, testing::make_config(testing::RunSpec{.stage = 3, .ranks = c.size()}));
-      const std::vector<std::int64_t> w =
-          odd ? std::vector<std::int64_t>{4, 6} : std::vector<std::int64_t>{6, 4};
-      e.add_unit(UnitSpec{"layer", {ParamSpec{"w", w}, ParamSpec{"b", {4}}}});
+      const std::vector<std::int64_t> w = odd && d == Divergence::kOtherShapes
+                                              ? std::vector<std::int64_t>{4, 6}
+                                              : std::vector<std::int64_t>{6, 4};
+      const bool trainable = !(odd && d == Divergence::kOtherFrozen);
+      e.add_unit(UnitSpec{"layer",
+                          {ParamSpec{.name = "w", .shape = w, .trainable = trainable},
+                           ParamSpec{.name = "b", .shape = {4}, .trainable = trainable}}});
       GatherGuard g = e.gather(0);
     } else {
       std::vector<float> shard(9, 1.0f), full(9 * n, 0.0f);
@@ -99,10 +112,11 @@ inline std::vector<std::string> divergence_names(Divergence d, int size) {
               ") unit 0: rank 0 moves 75 parameter elements (before padding), rank " + last +
                   " moves 76;"};
     case Divergence::kOtherShapes:
+    case Divergence::kOtherFrozen:
       // 24 weight elements, the bias at 32: 36 elements either way.
       return {"the ranks' models differ: at seq 0 all_gather(",
               ") unit 0: rank 0 moves 36 parameter elements (before padding), rank " + last +
-                  " moves 36 in other parameter shapes"};
+                  " moves 36 in other parameter shapes, groups or frozen flags"};
   }
   return {};
 }
@@ -114,6 +128,7 @@ inline const char* to_string(Divergence d) {
     case Divergence::kOtherModel: return "other_model";
     case Divergence::kPaddedModel: return "padded_model";
     case Divergence::kOtherShapes: return "other_shapes";
+    case Divergence::kOtherFrozen: return "other_frozen";
   }
   return "?";
 }

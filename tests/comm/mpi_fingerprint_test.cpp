@@ -56,7 +56,7 @@ TEST_P(MpiDivergence, EveryRankFailsAtTheCollectiveNamingBothCallsAndUnits) {
 INSTANTIATE_TEST_SUITE_P(Cases, MpiDivergence,
                          ::testing::Values(Divergence::kSkipsAGather, Divergence::kOtherCount,
                                            Divergence::kOtherModel, Divergence::kPaddedModel,
-                                           Divergence::kOtherShapes),
+                                           Divergence::kOtherShapes, Divergence::kOtherFrozen),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace

@@ -57,7 +57,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, ThreadDivergence,
     ::testing::Combine(::testing::Values(Divergence::kSkipsAGather, Divergence::kOtherCount,
                                          Divergence::kOtherModel, Divergence::kPaddedModel,
-                                         Divergence::kOtherShapes),
+                                         Divergence::kOtherShapes, Divergence::kOtherFrozen),
                        ::testing::Values(2, 3, 4)),
     [](const auto& info) {
       return std::string(to_string(std::get<0>(info.param))) + "_np" +
