@@ -190,8 +190,7 @@ void Communicator::open_event(detail::CollectiveArgs& a) {
   event_pending_ = true;
   a.seq = seq_;
   a.tag = pending_event_.tag;
-  const TagLayout layout = std::exchange(next_layout_, TagLayout{});
-  a.tag_layout = layout;
+  a.tag_layout = std::exchange(next_layout_, TagLayout{});
   a.verify = debug_ == CommDebug::kDetail && size_ > 1;
   if (event_log_->flight().on()) event_log_->flight().issued(detail::fingerprint_of(a));
 }
