@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::bench {
 // The program's exit status: 1 once any benchmark failed a check of its own (fail() below).

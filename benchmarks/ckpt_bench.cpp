@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "zero/ckpt.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace {
 

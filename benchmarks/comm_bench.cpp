@@ -28,8 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include "zero/comm.hpp"
-#include "zero/error.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/core/error.hpp"
 
 #if ZERO_WITH_MPI
 #include <mpi.h>

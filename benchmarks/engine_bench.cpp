@@ -37,9 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace {
 

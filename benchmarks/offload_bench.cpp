@@ -30,9 +30,9 @@
 
 #include "offload/aio.hpp"
 #include "offload/nvme_swapper.hpp"
-#include "zero/error.hpp"
-#include "zero/memory.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/memory.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace {
 

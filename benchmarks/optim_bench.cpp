@@ -56,10 +56,10 @@
 #include <thread>
 #include <vector>
 
-#include "zero/cpu_features.hpp"
-#include "zero/dtype.hpp"
-#include "zero/memory.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/core/cpu_features.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/device/memory.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace {
 

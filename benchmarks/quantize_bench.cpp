@@ -1,6 +1,7 @@
-// bench_quantize: block-wise int8 quantization and dequantization of f32 data (zero/quantize.hpp)
-// against a memcpy of the same f32 array measured in the same run, interleaved iteration by
-// iteration on the same threads (oneTBB's default arena: the machine's cores).
+// bench_quantize: block-wise int8 quantization and dequantization of f32 data
+// (zero/device/quantize.hpp) against a memcpy of the same f32 array measured in the same run,
+// interleaved iteration by iteration on the same threads (oneTBB's default arena: the machine's
+// cores).
 //
 //   BM_Quantize/<elements>/<block>    counters: GB/s (ours: 4 B read + 1 B written per element),
 //   BM_Dequantize/<elements>/<block>    ceiling_GB/s (memcpy: 4 B read + 4 B written, split in
@@ -17,8 +18,8 @@
 #include <vector>
 
 #include "benchmarks/benchmark_main.hpp"
-#include "zero/memory.hpp"
-#include "zero/quantize.hpp"
+#include "zero/device/memory.hpp"
+#include "zero/device/quantize.hpp"
 
 namespace {
 

@@ -20,9 +20,9 @@
 // The workload is the example's model (not API): the bench times the trainer a user starts from,
 // and the figures match the example's (char-transformer-zero).
 #include "examples/libtorch/char_transformer.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/torch.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/torch/torch.hpp"
 
 namespace {
 

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "benchmarks/benchmark_main.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 // Private: detail::PhaseTimer is the engine's own (not API), and its cost is what every hook
 // pays whether tracing is on or not, so it is measured where it lives.
-#include "zero/core/observe.hpp"
-#include "zero/trace.hpp"
+#include "core/observe.hpp"
+#include "zero/core/trace.hpp"
 
 namespace zero {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt::detail {
 

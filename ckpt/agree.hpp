@@ -5,7 +5,7 @@
 
 #include <exception>
 
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::ckpt::detail {
 

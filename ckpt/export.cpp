@@ -7,8 +7,8 @@
 
 #include "ckpt/manifest.hpp"
 #include "ckpt/safetensors.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/error.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt {
 

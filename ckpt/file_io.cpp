@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt::detail {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt::detail {
 

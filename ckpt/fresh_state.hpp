@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "zero/engine.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::ckpt::detail {
 

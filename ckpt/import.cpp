@@ -9,8 +9,8 @@
 #include "ckpt/file_io.hpp"
 #include "ckpt/fresh_state.hpp"
 #include "ckpt/safetensors.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/error.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt {
 

@@ -8,9 +8,9 @@
 #include "ckpt/agree.hpp"
 #include "ckpt/fresh_state.hpp"
 #include "ckpt/manifest.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 namespace zero::ckpt {
 

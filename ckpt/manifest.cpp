@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt::detail {
 

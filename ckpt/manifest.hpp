@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ckpt/file_io.hpp"
-#include "zero/engine.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::ckpt::detail {
 

@@ -5,7 +5,7 @@
 // What each field may hold is what the writer (manifest_of, the save's commit) can write:
 //   world_size       1 .. kMaxWorldSize (ranks of the saving group)
 //   stage            0 .. 3, the config's zero_optimization.stage
-//   alignment        a power of two (the layout's rule, zero/flat_layout.hpp), <= kMaxAlignment
+//   alignment        a power of two (the layout's rule, engine/flat_layout.hpp), <= kMaxAlignment
 //   param_dtype      a working dtype by its exact name (f32, f16, bf16), the config's
 //   optimizer        type and state_dtype by their exact names, the config's; num_states the
 //                    rule's; params as OptimizerParams::validate() takes them
@@ -22,10 +22,10 @@
 
 #include "ckpt/manifest.hpp"
 #include "ckpt/rank_file.hpp"
-#include "zero/config.hpp"
-#include "zero/config/config_reader.hpp"
-#include "zero/error.hpp"
-#include "zero/flat_layout.hpp"
+#include "config/config_reader.hpp"
+#include "engine/flat_layout.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt::detail {
 

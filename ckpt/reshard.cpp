@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "ckpt/manifest.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/error.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/file_io.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::ckpt::detail {
 

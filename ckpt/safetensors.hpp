@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "zero/dtype.hpp"
+#include "zero/core/dtype.hpp"
 
 namespace zero::ckpt::detail {
 

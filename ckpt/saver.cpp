@@ -1,5 +1,5 @@
 // The save: every rank writes its data file and fragment into the temporary directory (inline,
-// or on a background thread from a host snapshot); rank 0 then commits (zero/ckpt.hpp).
+// or on a background thread from a host snapshot); rank 0 then commits (zero/ckpt/ckpt.hpp).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include "ckpt/agree.hpp"
 #include "ckpt/manifest.hpp"
 #include "ckpt/rank_file.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 namespace zero::ckpt {
 

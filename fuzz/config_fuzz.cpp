@@ -19,9 +19,9 @@
 #include <string>
 #include <string_view>
 
-#include "zero/config.hpp"
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "ckpt/manifest.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace {
 

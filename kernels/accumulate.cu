@@ -1,13 +1,13 @@
 // Gradient accumulation on the device: dst = src (first micro-step) or dst + src in f32,
-// rounded once to dst's dtype — zero/device/grad_accumulate.hpp's rule with the scalar conversions
-// of zero/dtype.hpp, so the bits match the CPU path.
+// rounded once to dst's dtype — device/grad_accumulate.hpp's rule with the scalar conversions
+// of zero/core/dtype.hpp, so the bits match the CPU path.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/cuda_check.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/kernels.hpp"
 
 namespace zero::detail::kernels {
 namespace {

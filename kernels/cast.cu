@@ -1,12 +1,12 @@
-// Element type conversion on the device with the scalar rules of zero/dtype.hpp (round to
+// Element type conversion on the device with the scalar rules of zero/core/dtype.hpp (round to
 // nearest even, NaN kept quiet): the same bits as zero::convert on the CPU.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/cuda_check.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/kernels.hpp"
 
 namespace zero::detail::kernels {
 namespace {

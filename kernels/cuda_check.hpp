@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::detail::kernels {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "kernels/cuda_check.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/kernels.hpp"
 
 namespace zero::detail::kernels {
 namespace {

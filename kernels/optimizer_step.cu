@@ -2,11 +2,11 @@
 // takes chunks of kChunk elements (grid-stride over the chunks of all shards); each thread
 // handles 4 consecutive elements per iteration with 16-byte loads of the f32 arrays (8 bytes for
 // 16-bit arrays) when the shard's arrays are aligned for it, element by element otherwise.
-// The update itself is the shared per-element function of zero/detail/optim_math.hpp.
+// The update itself is the shared per-element function of zero/optim/detail/optim_math.hpp.
 //
-// int8 moments (zero/detail/moment_quant.hpp) have a kernel of their own: one thread block per
-// quantization block (kMomentBlock threads, one element each), the element's run found among the
-// launch's runs; dequantize, adam_update, the block's absmax by a shared-memory reduction, the
+// int8 moments (zero/optim/detail/moment_quant.hpp) have a kernel of their own: one thread block
+// per quantization block (kMomentBlock threads, one element each), the element's run found among
+// the launch's runs; dequantize, adam_update, the block's absmax by a shared-memory reduction, the
 // codes by the shared nearest-code search on tables in shared memory.
 #include <cuda_runtime.h>
 
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/detail/moment_quant.hpp"
-#include "zero/detail/optim_math.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/kernels.hpp"
+#include "zero/optim/detail/moment_quant.hpp"
+#include "zero/optim/detail/optim_math.hpp"
 
 namespace zero::detail::kernels {
 namespace {

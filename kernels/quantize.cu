@@ -1,16 +1,16 @@
 // Block-wise int8 quantization on the GPU: one thread block per quantization block (grid-stride
 // over blocks), the block's |x| maximum by a shared-memory reduction (a maximum does not depend
 // on the order), then every element through the per-element math the CPU path uses
-// (zero/detail/quantize_math.hpp), so a GPU round trip gives the CPU's bits.
+// (zero/device/detail/quantize_math.hpp), so a GPU round trip gives the CPU's bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/cuda_check.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/detail/quantize_math.hpp"
-#include "zero/dtype.hpp"
-#include "zero/error.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/kernels.hpp"
+#include "zero/device/detail/quantize_math.hpp"
 
 namespace zero::detail::kernels {
 namespace {

@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "kernels/cuda_check.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/detail/optim_math.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/kernels.hpp"
+#include "zero/optim/detail/optim_math.hpp"
 
 namespace zero::detail::kernels {
 namespace {

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 #if ZERO_WITH_IO_URING
 #include <liburing.h>

@@ -28,7 +28,7 @@
 #include <memory>
 #include <string>
 
-#include "zero/core/observe.hpp"
+#include "core/observe.hpp"
 
 namespace zero {
 struct AioConfig;
@@ -54,7 +54,7 @@ struct AioOptions {
   // Where requests are traced and counted (see above); the tracer and counters must outlive the
   // queue. Default: neither. Not from the config: the engine passes its own.
   detail::Observer observer;
-  // From the config's aio block (zero/config/from_config.cpp).
+  // From the config's aio block (config/from_config.cpp).
   static AioOptions from_config(const AioConfig& c);
 };
 

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <utility>
 
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 namespace zero::offload {
 

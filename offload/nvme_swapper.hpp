@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "offload/aio.hpp"
-#include "zero/memory.hpp"
+#include "zero/device/memory.hpp"
 
 namespace zero::offload {
 

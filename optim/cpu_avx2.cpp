@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "optim/cpu_kernels.hpp"
-#include "zero/detail/bf16_simd.hpp"
+#include "zero/core/detail/bf16_simd.hpp"
 
 namespace zero::detail::optim {
 
@@ -77,8 +77,8 @@ inline Scalars8 broadcast(const StepScalars& s) {
           s.nesterov};
 }
 
-// ---- the updates: mirrors of zero/detail/optim_math.hpp (vfmadd exactly where it calls fma())
-// kScaled: grad_scale != 1. The block loops are versioned on it (a template argument, not a
+// ---- the updates: mirrors of zero/optim/detail/optim_math.hpp (vfmadd exactly where it calls
+// fma()) kScaled: grad_scale != 1. The block loops are versioned on it (a template argument, not a
 // per-vector test), so a step without loss scaling or clipping runs no multiply for it.
 template <bool kScaled>
 inline __m256 scaled_grad(const Scalars8& s, __m256 grad) {
@@ -185,8 +185,8 @@ struct Avx2Block {
   }
 };
 
-// ---- int8 moments (zero/detail/moment_quant.hpp; the walk over blocks: q8_blocks). Spans and
-// blocks are done 8 lanes at a time; the last < 8 elements of each through the scalar kernel's
+// ---- int8 moments (zero/optim/detail/moment_quant.hpp; the walk over blocks: q8_blocks). Spans
+// and blocks are done 8 lanes at a time; the last < 8 elements of each through the scalar kernel's
 // element code (the same bits).
 
 inline __m256 m_dequant8(const std::uint8_t* codes, __m256 absmax) {

@@ -13,7 +13,7 @@
 
 #include "optim/cpu_kernels.hpp"
 #include "optim/moment_lut.hpp"
-#include "zero/detail/bf16_simd.hpp"
+#include "zero/core/detail/bf16_simd.hpp"
 
 namespace zero::detail::optim {
 

@@ -6,7 +6,7 @@
 // the ISA once and splits the shard over oneTBB. Element loops for the scalar path (and the
 // AVX2 tails) are the templates below, built on the shared per-element functions.
 //
-// int8 Adam moments (zero/detail/moment_quant.hpp) have block functions of their own, one set
+// int8 Adam moments (zero/optim/detail/moment_quant.hpp) have block functions of their own, one set
 // per ISA (select_q8_*): they walk the quantization blocks of [begin, end) with q8_blocks() below,
 // which cuts each block at the parameter-group runs the shard was given (each run with its own
 // StepScalars) and hands the pieces to the ISA's kernel: span() updates elements, keeps the new
@@ -18,9 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "zero/detail/moment_quant.hpp"
-#include "zero/detail/optim_math.hpp"
-#include "zero/dtype.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/optim/detail/moment_quant.hpp"
+#include "zero/optim/detail/optim_math.hpp"
 
 namespace zero::detail::optim {
 

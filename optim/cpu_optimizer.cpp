@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "optim/cpu_kernels.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 

@@ -1,10 +1,10 @@
 // LossScaler: DeepSpeed's DynamicLossScaler.update_scale, step for step (see the header).
-#include "zero/loss_scaler.hpp"
+#include "zero/optim/loss_scaler.hpp"
 
 #include <algorithm>
 #include <cmath>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero {
 

@@ -1,6 +1,6 @@
 // LrSchedule: DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR and OneCycle formulas
 // (deepspeed/runtime/lr_schedules.py), as closed forms of the iteration.
-#include "zero/lr_schedule.hpp"
+#include "zero/optim/lr_schedule.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <numbers>
 #include <string>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero {
 

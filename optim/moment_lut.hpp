@@ -1,7 +1,7 @@
 // optim/moment_lut.hpp — the AVX-512 int8-moment path's region table (private).
 //
 // The nearest code of a magnitude y needs its region: the count of decade tops hi_1 .. hi_D at
-// or above y (zero/detail/moment_quant.hpp). The scalar and AVX2 paths compare with each top;
+// or above y (zero/optim/detail/moment_quant.hpp). The scalar and AVX2 paths compare with each top;
 // AVX-512 reads the region from y's exponent instead: a binade [2^k, 2^(k+1)) holds at most one
 // decade top (decades are 3.3 binades wide), so every y in it has the region of the binade's top
 // end, plus one where y <= the top inside it. Binades are indexed by the biased exponent clamped
@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "zero/detail/moment_quant.hpp"
+#include "zero/optim/detail/moment_quant.hpp"
 
 namespace zero::detail::optim {
 

@@ -1,12 +1,12 @@
 // OptimizerParams: names, validation and the per-step scalars (from the config:
-// zero/config/from_config.cpp).
+// config/from_config.cpp).
 #include <cctype>
 #include <cmath>
 #include <string>
 #include <type_traits>
 
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 

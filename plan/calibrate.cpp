@@ -1,5 +1,5 @@
-// calibrate(): the machine profile measured here (zero/profile.hpp). Every figure is the best of
-// a few repeats after one warm-up, so that first touch and a busy neighbour's burst weigh least.
+// calibrate(): the machine profile measured here (zero/plan/profile.hpp). Every figure is the best
+// of a few repeats after one warm-up, so that first touch and a busy neighbour's burst weigh least.
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -9,12 +9,12 @@
 
 #include "offload/nvme_swapper.hpp"
 #include "plan/calibrate_parts.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/error.hpp"
-#include "zero/memory.hpp"
-#include "zero/optimizer.hpp"
-#include "zero/profile.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/memory.hpp"
+#include "zero/optim/optimizer.hpp"
+#include "zero/plan/profile.hpp"
 
 namespace zero {
 

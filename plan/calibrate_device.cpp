@@ -1,8 +1,8 @@
-// calibrate()'s CUDA part (zero/profile.hpp, CudaProfile): on a machine with a CUDA device, the
-// device copy (HBM), page-locked host to device and back, and NCCL's collectives with one GPU per
-// in-process rank. Through the library's thin CUDA runtime (zero/detail/cuda_runtime.hpp) and
-// communicator (zero/comm.hpp): no CUDA header here, so a build without CUDA compiles it too and
-// finds no device.
+// calibrate()'s CUDA part (zero/plan/profile.hpp, CudaProfile): on a machine with a CUDA device,
+// the device copy (HBM), page-locked host to device and back, and NCCL's collectives with one GPU
+// per in-process rank. Through the library's thin CUDA runtime
+// (zero/device/detail/cuda_runtime.hpp) and communicator (zero/comm/comm.hpp): no CUDA header here,
+// so a build without CUDA compiles it too and finds no device.
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "plan/calibrate_parts.hpp"
-#include "zero/comm.hpp"
-#include "zero/detail/cuda_runtime.hpp"
-#include "zero/error.hpp"
-#include "zero/profile.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
+#include "zero/plan/profile.hpp"
 
 namespace zero::detail {
 

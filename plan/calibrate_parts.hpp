@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <string>
 
-#include "zero/comm.hpp"
-#include "zero/profile.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/plan/profile.hpp"
 
 namespace zero::detail {
 

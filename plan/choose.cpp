@@ -1,13 +1,13 @@
-// choose_config(): enumerate, plan, fit, time, rank (zero/choose.hpp).
+// choose_config(): enumerate, plan, fit, time, rank (zero/plan/choose.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "zero/choose.hpp"
-#include "zero/error.hpp"
-#include "zero/memory_report.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/memory_report.hpp"
+#include "zero/plan/choose.hpp"
 
 namespace zero {
 

@@ -1,4 +1,4 @@
-// The machine profile's JSON and its look-ups (zero/profile.hpp).
+// The machine profile's JSON and its look-ups (zero/plan/profile.hpp).
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -6,8 +6,8 @@
 #include <set>
 #include <sstream>
 
-#include "zero/error.hpp"
-#include "zero/profile.hpp"
+#include "zero/core/error.hpp"
+#include "zero/plan/profile.hpp"
 
 namespace zero {
 

@@ -1,5 +1,5 @@
-// units_from_safetensors(): a model's units read off a safetensors header (zero/choose.hpp). The
-// headers are read through the checkpoint layer's reader (ckpt/safetensors.hpp), which checks
+// units_from_safetensors(): a model's units read off a safetensors header (zero/plan/choose.hpp).
+// The headers are read through the checkpoint layer's reader (ckpt/safetensors.hpp), which checks
 // every number and never reads the data.
 #include <algorithm>
 #include <cctype>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ckpt/safetensors.hpp"
-#include "zero/choose.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/plan/choose.hpp"
 
 namespace zero {
 

@@ -1,13 +1,13 @@
-// predict_step(): a candidate's step time by phase from the machine profile (zero/choose.hpp).
+// predict_step(): a candidate's step time by phase from the machine profile (zero/plan/choose.hpp).
 // Every volume is read off the placement the planner sums (detail::plan_placement): its reduce
 // and post-step all-gather buckets, its units' shards and which are kept whole, its offloaded
 // elements and swap slots — no rule of the engine's restated here.
 #include <algorithm>
 #include <string>
 
-#include "zero/choose.hpp"
-#include "zero/dtype.hpp"
-#include "zero/placement.hpp"
+#include "engine/placement.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/plan/choose.hpp"
 
 namespace zero {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero::testing {
 

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "core/process_limits.hpp"
 #include "run_command.hpp"
-#include "zero/core/process_limits.hpp"
 
 namespace zero::testing {
 

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::testing {
 

@@ -20,9 +20,9 @@
 #ifdef ZERO_SWAP
 #include <mutex>
 
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 #endif
 
 namespace {

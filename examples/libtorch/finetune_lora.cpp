@@ -39,13 +39,13 @@
 #include <vector>
 
 #include "char_transformer.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/comm.hpp"
-#include "zero/comm_config.hpp"
-#include "zero/config.hpp"
-#include "zero/error.hpp"
-#include "zero/memory.hpp"
-#include "zero/torch.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/comm_config.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/memory.hpp"
+#include "zero/torch/torch.hpp"
 
 namespace {
 

@@ -26,10 +26,10 @@
 #ifdef ZERO_SWAP
 #include <mutex>
 
-#include "zero/comm.hpp"
-#include "zero/comm_config.hpp"
-#include "zero/config.hpp"
-#include "zero/torch.hpp"  // ZERO_SWAP: the adapter
+#include "zero/comm/comm.hpp"
+#include "zero/config/comm_config.hpp"
+#include "zero/config/config.hpp"
+#include "zero/torch/torch.hpp"  // ZERO_SWAP: the adapter
 #endif
 
 namespace {

@@ -19,9 +19,9 @@
 #include "engine/compare.hpp"
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 

@@ -15,9 +15,9 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "engine/lora_training.hpp"
-#include "zero/ckpt.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
+#include "zero/ckpt/ckpt.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

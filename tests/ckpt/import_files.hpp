@@ -18,8 +18,8 @@
 
 #include "engine/compare.hpp"
 #include "engine/mlp_training.hpp"
-#include "zero/dtype.hpp"
-#include "zero/engine.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 

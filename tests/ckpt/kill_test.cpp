@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "zero/ckpt.hpp"
+#include "zero/ckpt/ckpt.hpp"
 
 #ifndef ZERO_TRAIN_BIN
 #error "ZERO_TRAIN_BIN must name the zero-train binary"

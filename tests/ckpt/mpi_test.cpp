@@ -11,7 +11,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "mpi_world.hpp"
-#include "zero/comm_config.hpp"
+#include "zero/config/comm_config.hpp"
 
 namespace zero {
 namespace {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "zero/comm.hpp"
-#include "zero/dtype.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/core/dtype.hpp"
 
 namespace zero::test {
 

@@ -1,9 +1,9 @@
-// The adapter from the training Config to CommOptions (zero/comm_config.hpp): which setting wins,
-// and that the two default timeouts agree.
+// The adapter from the training Config to CommOptions (zero/config/comm_config.hpp): which setting
+// wins, and that the two default timeouts agree.
 #include <gtest/gtest.h>
 
-#include "zero/comm.hpp"
-#include "zero/comm_config.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/comm_config.hpp"
 
 namespace zero::test {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/mlp_training.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::test {
 

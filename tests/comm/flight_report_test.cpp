@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "zero/comm.hpp"
-#include "zero/comm/flight_recorder.hpp"
+#include "comm/flight_recorder.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::test {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "zero/comm.hpp"
-#include "zero/detail/cuda_runtime.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
 
 #define REQUIRE_DEVICE()                                                                \
   do {                                                                                  \

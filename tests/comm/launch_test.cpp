@@ -15,8 +15,8 @@
 #include <mutex>
 #include <thread>
 
-#include "zero/comm.hpp"
-#include "zero/comm/rendezvous.hpp"
+#include "comm/rendezvous.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::test {
 namespace {

@@ -11,7 +11,7 @@
 #include "comm/quantized_checks.hpp"
 #include "load_slack.hpp"
 #include "mpi_world.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::test {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "comm/collective_checks.hpp"
 #include "comm/gpu_rank.hpp"
-#include "zero/comm.hpp"
-#include "zero/detail/cuda_runtime.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
 
 namespace zero::test {
 namespace {

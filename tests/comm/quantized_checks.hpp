@@ -1,5 +1,5 @@
-// tests/comm/quantized_checks.hpp — the quantized collectives (zero/quantized_comm.hpp) against a
-// float64 reference, shared by the in-process and the MPI tests.
+// tests/comm/quantized_checks.hpp — the quantized collectives (zero/comm/quantized_comm.hpp)
+// against a float64 reference, shared by the in-process and the MPI tests.
 //
 // Every rank's input is a pure function of (pattern, seed, rank, element), so each rank computes
 // the reference of every rank without communicating. Patterns: random values whose magnitude
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "comm/collective_checks.hpp"
-#include "zero/device_ops.hpp"
-#include "zero/quantized_comm.hpp"
+#include "zero/comm/quantized_comm.hpp"
+#include "zero/device/device_ops.hpp"
 
 namespace zero::test {
 

@@ -1,4 +1,4 @@
-// The quantized collectives (zero/quantized_comm.hpp) over in-process ranks: all-gather,
+// The quantized collectives (zero/comm/quantized_comm.hpp) over in-process ranks: all-gather,
 // reduce-scatter and all-reduce within the block-wise int8 bound on random and adversarial data
 // (constant blocks, one outlier per block, zeros) for every dtype, odd counts and block sizes at
 // 1 to 5 ranks; the wire volume; non-finite input refused on the rank that holds it, naming the
@@ -11,9 +11,9 @@
 
 #include "comm/quantized_checks.hpp"
 #include "expect_error.hpp"
-#include "zero/comm.hpp"
-#include "zero/device_ops.hpp"
-#include "zero/quantized_comm.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/comm/quantized_comm.hpp"
+#include "zero/device/device_ops.hpp"
 
 namespace zero::test {
 namespace {

@@ -15,9 +15,9 @@
 
 #include "comm/divergence_checks.hpp"
 #include "expect_error.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
-// ---- ranks that disagree (the fingerprint rule, zero/comm/fingerprint.hpp)
+// ---- ranks that disagree (the fingerprint rule, comm/fingerprint.hpp)
 
 namespace zero::test {
 namespace {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "expect_error.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::test {
 namespace {

@@ -14,7 +14,7 @@
 #include "comm/collective_checks.hpp"
 #include "expect_error.hpp"
 #include "load_slack.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::test {
 namespace {

@@ -18,12 +18,12 @@
 #include <sstream>
 #include <string>
 
+#include "config/config_keys.hpp"
+#include "config/config_reader.hpp"
 #include "run_command.hpp"
-#include "zero/config.hpp"
-#include "zero/config/config_keys.hpp"
-#include "zero/config/config_reader.hpp"
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 namespace zero {
 namespace {
@@ -130,7 +130,7 @@ TEST_F(ConfigKeys, EveryKeyTheReaderReadsHasARowAndEveryRowIsRead) {
   for (const auto& [path, doc] : asked) {
     EXPECT_NE(detail::find_config_key(path), nullptr)
         << "config key '" << path << "' is read by the reader but has no row in "
-        << "zero/config/config_keys.cpp (implemented with its test, or its message)";
+        << "config/config_keys.cpp (implemented with its test, or its message)";
   }
   std::set<std::string_view> rows;
   for (const detail::ConfigKey& k : detail::config_keys()) {

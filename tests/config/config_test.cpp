@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
 
 #ifndef ZERO_TEST_FIXTURES
 #error "ZERO_TEST_FIXTURES must name tests/config/fixtures"

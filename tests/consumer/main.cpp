@@ -1,8 +1,8 @@
 // Uses the installed headers and library: a config, a tracked buffer, a conversion, an error.
-#include <zero/config.hpp>
-#include <zero/dtype.hpp>
-#include <zero/error.hpp>
-#include <zero/memory.hpp>
+#include <zero/config/config.hpp>
+#include <zero/core/dtype.hpp>
+#include <zero/core/error.hpp>
+#include <zero/device/memory.hpp>
 
 #include <cstdio>
 

@@ -7,12 +7,14 @@ if(rc)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
 # Only the detail headers a public header includes are installed (the others are the build's).
-file(GLOB installed_detail RELATIVE "${WORK_DIR}/prefix/include/zero/detail"
-     "${WORK_DIR}/prefix/include/zero/detail/*")
-if(NOT installed_detail STREQUAL "hd.hpp;moment_quant.hpp;optim_math.hpp")
-  message(FATAL_ERROR "installed include/zero/detail/ holds '${installed_detail}'; expected "
-                      "'hd.hpp;moment_quant.hpp;optim_math.hpp' (a private header is installed, "
-                      "or a public header's detail header is not)")
+file(GLOB_RECURSE installed_detail RELATIVE "${WORK_DIR}/prefix/include/zero"
+     "${WORK_DIR}/prefix/include/zero/*/detail/*")
+list(SORT installed_detail)
+set(expected_detail "core/detail/hd.hpp;optim/detail/moment_quant.hpp;optim/detail/optim_math.hpp")
+if(NOT installed_detail STREQUAL expected_detail)
+  message(FATAL_ERROR "installed include/zero/*/detail/ holds '${installed_detail}'; expected "
+                      "'${expected_detail}' (a private header is installed, or a public header's "
+                      "detail header is not)")
 endif()
 # The consumer is built the way zero was: same compiler, same global flags (a sanitizer build's
 # -fsanitize=... must reach the consumer's objects and link too, or linking the instrumented

@@ -10,10 +10,10 @@
 #include <random>
 #include <vector>
 
-#include "zero/cpu_features.hpp"
-#include "zero/detail/dtype_convert.hpp"
-#include "zero/dtype.hpp"
-#include "zero/error.hpp"
+#include "zero/core/cpu_features.hpp"
+#include "zero/core/detail/dtype_convert.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
 
 namespace zero {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "zero/error.hpp"
-#include "zero/log.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/log.hpp"
 
 namespace zero {
 namespace {

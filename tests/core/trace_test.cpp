@@ -17,10 +17,10 @@
 
 #include "expect_error.hpp"
 #include "trace_json.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/trace.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/trace.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

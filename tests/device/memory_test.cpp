@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "zero/detail/cuda_runtime.hpp"
-#include "zero/error.hpp"
-#include "zero/memory.hpp"
-#include "zero/memory_report.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
+#include "zero/device/memory.hpp"
+#include "zero/device/memory_report.hpp"
 
 namespace zero {
 namespace {

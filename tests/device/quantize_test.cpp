@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
-#include "zero/quantize.hpp"
+#include "zero/device/quantize.hpp"
 
 namespace zero {
 namespace {

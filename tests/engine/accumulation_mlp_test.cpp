@@ -29,9 +29,9 @@
 
 #include "engine/compare.hpp"
 #include "engine/mlp_model.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {
@@ -177,7 +177,7 @@ struct Reference {
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p = p - lr wd p;  p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 // i.e. p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p): PyTorch's AdamW, decay applied to the
-// parameter before the step, in the operation order of include/zero/detail/optim_math.hpp
+// parameter before the step, in the operation order of include/zero/optim/detail/optim_math.hpp
 // (adam_update) and DeepSpeed's cpu_adam.
 Reference reference_run(const Config& cfg, int ranks, int accumulation) {
   const OptimizerConfig& o = cfg.optimizer;

@@ -29,9 +29,9 @@
 
 #include "engine/lora_training.hpp"
 #include "expect_error.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

@@ -11,9 +11,9 @@
 
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
-#include "zero/plan.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
 
 namespace zero {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "engine/discrete_device.hpp"
-#include "zero/activation_checkpointing.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
+#include "zero/engine/activation_checkpointing.hpp"
 
 namespace zero {
 namespace {

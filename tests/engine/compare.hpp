@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "zero/engine.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 

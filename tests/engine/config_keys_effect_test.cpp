@@ -1,5 +1,5 @@
 // The effects of DeepSpeed keys the engine implements for issue 29's "no key silently ignored"
-// (zero/config/config_keys.cpp names this file for them):
+// (config/config_keys.cpp names this file for them):
 // - zero_optimization.reduce_scatter = false: stages 1-2 reduce with an all-reduce of the whole
 //   buffer and keep this rank's part. The in-process communicator sums in rank order either way,
 //   so the run is bitwise the reduce-scatter run; the communicator counts all-reduces instead of
@@ -15,9 +15,9 @@
 
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
-#include "zero/lr_schedule.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/optim/lr_schedule.hpp"
 
 namespace zero {
 namespace {

@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <memory>
 
-#include "zero/comm.hpp"
-#include "zero/device_ops.hpp"
-#include "zero/error.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/device_ops.hpp"
 
 namespace zero::testing {
 

@@ -13,8 +13,8 @@
 
 #include "comm/gpu_rank.hpp"
 #include "engine/mlp_training.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

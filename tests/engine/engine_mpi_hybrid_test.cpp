@@ -14,7 +14,7 @@
 
 #include "engine/mlp_training.hpp"
 #include "mpi_world.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero {
 namespace {

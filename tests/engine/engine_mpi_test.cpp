@@ -13,8 +13,8 @@
 
 #include "engine/mlp_training.hpp"
 #include "mpi_world.hpp"
-#include "zero/comm.hpp"
-#include "zero/comm_config.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/comm_config.hpp"
 
 namespace zero {
 namespace {

@@ -15,12 +15,12 @@
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
 #include "expect_error.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
-#include "zero/lr_schedule.hpp"
-#include "zero/plan.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
+#include "zero/optim/lr_schedule.hpp"
 
 namespace zero {
 namespace {

@@ -15,9 +15,9 @@
 
 #include "expect_error.hpp"
 #include "memory_cgroup.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

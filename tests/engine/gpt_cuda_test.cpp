@@ -1,4 +1,4 @@
-// The GPT decoder on a GPU (examples/gpt/gpt_cuda.hpp) against independent references: its loss
+// The GPT decoder on a GPU (apps/gpt/gpt_cuda.hpp) against independent references: its loss
 // and every parameter gradient against the CPU model's (gpt_model.hpp, itself checked against
 // finite differences in gpt_model_test) on the same parameters and batch; it learns in bf16 at
 // stages 2 and 3; and stages 1-3 train bitwise the same parameters as stage 0 on the GPU (f32
@@ -20,13 +20,13 @@
 #include "engine/compare.hpp"
 #include "gpt/gpt_cuda.hpp"
 #include "gpt/gpt_model.hpp"
-#include "zero/activation_checkpointing.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/detail/cuda_runtime.hpp"
-#include "zero/dtype.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
+#include "zero/engine/activation_checkpointing.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::gpt {
 namespace {

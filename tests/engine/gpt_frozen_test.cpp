@@ -24,11 +24,11 @@
 #include "engine/compare.hpp"
 #include "expect_error.hpp"
 #include "gpt/gpt_model.hpp"
-#include "zero/activation_checkpointing.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/plan.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/activation_checkpointing.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
 
 namespace zero::gpt {
 namespace {

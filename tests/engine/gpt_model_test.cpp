@@ -1,4 +1,4 @@
-// The GPT decoder of examples/gpt against independent references: its backward against central
+// The GPT decoder of apps/gpt against independent references: its backward against central
 // finite differences of its own forward, its gradients against themselves under another thread
 // count, its activation bytes against the tracker, its data loader against the concatenated
 // batch; and the engine on it (issue 5's transformer test): stages 1-3 train bitwise the same
@@ -21,11 +21,11 @@
 
 #include "engine/compare.hpp"
 #include "gpt/gpt_model.hpp"
-#include "zero/activation_checkpointing.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/dtype.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/engine/activation_checkpointing.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::gpt {
 namespace {

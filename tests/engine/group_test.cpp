@@ -12,8 +12,8 @@
 
 #include "engine/compare.hpp"
 #include "engine/mlp_training.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 namespace {

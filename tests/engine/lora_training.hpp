@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 

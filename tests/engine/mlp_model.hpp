@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "zero/dtype.hpp"
-#include "zero/engine.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 

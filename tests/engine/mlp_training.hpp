@@ -14,10 +14,10 @@
 #include "engine/compare.hpp"
 #include "engine/discrete_device.hpp"
 #include "engine/mlp_model.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/plan.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
 
 namespace zero::testing {
 

@@ -25,9 +25,9 @@
 
 #include "expect_error.hpp"
 #include "least_squares.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero::testing {
 

@@ -32,8 +32,8 @@
 
 #include "engine/mlp_training.hpp"
 #include "fault/fault_comm.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace {
 

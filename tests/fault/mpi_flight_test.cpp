@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "fault/subprocess.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero {
 namespace {

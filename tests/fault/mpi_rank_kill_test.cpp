@@ -28,7 +28,7 @@ using testing::run_subprocess;
 using testing::time_on_line;
 
 constexpr double kCommTimeoutS = 3.0;
-// kBrokenGrace in zero/comm/mpi_communicator.cpp: what a broken communicator's destructor waits
+// kBrokenGrace in comm/mpi_communicator.cpp: what a broken communicator's destructor waits
 // for the timed-out collective after comm_timeout_s.
 constexpr double kMpiGraceS = 3.0;
 

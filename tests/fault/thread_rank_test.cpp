@@ -13,7 +13,7 @@
 
 #include "fault/subprocess.hpp"
 #include "load_slack.hpp"
-#include "zero/comm.hpp"
+#include "zero/comm/comm.hpp"
 
 namespace zero {
 namespace {

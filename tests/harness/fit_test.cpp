@@ -1,4 +1,4 @@
-// Budgets at start (zero/fit.hpp, examples/gpt/gpt_fit.hpp): zero-train and zero-bench refuse a
+// Budgets at start (zero/engine/fit.hpp, apps/gpt/gpt_fit.hpp): zero-train and zero-bench refuse a
 // run that cannot fit before any rank allocates, naming the tier, the shortfall and a
 // configuration that fits — and that configuration runs within the same budget; inside a 1 GiB
 // memory cgroup with no --memory-budget, a run larger than the machine is refused at start with

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "run_command.hpp"
-#include "zero/detail/cuda_runtime.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
 
 #ifndef ZERO_BENCH_BIN
 #error "ZERO_BENCH_BIN must name the zero-bench binary"

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "comm/gpu_rank.hpp"
-#include "zero/detail/cuda_runtime.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/device/grad_accumulate.hpp"
-#include "zero/dtype.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
+#include "device/grad_accumulate.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
+#include "zero/device/detail/kernels.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

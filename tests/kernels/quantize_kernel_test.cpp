@@ -1,5 +1,5 @@
-// The GPU's block-wise int8 quantization against the CPU path (zero/quantize.hpp): the same int8
-// values, scales and dequantized f32 bits on random data of odd sizes, adversarial blocks, and
+// The GPU's block-wise int8 quantization against the CPU path (zero/device/quantize.hpp): the same
+// int8 values, scales and dequantized f32 bits on random data of odd sizes, adversarial blocks, and
 // the first non-finite element reported through the device word. Without a device the
 // comparisons skip and say why; bad arguments are kInvalidArgument and a well-formed launch is
 // kCuda, never a crash.
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "zero/detail/cuda_runtime.hpp"
-#include "zero/detail/kernels.hpp"
-#include "zero/error.hpp"
-#include "zero/quantize.hpp"
+#include "zero/core/error.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
+#include "zero/device/detail/kernels.hpp"
+#include "zero/device/quantize.hpp"
 
 namespace zero {
 namespace {

@@ -32,7 +32,7 @@
 #include "load_slack.hpp"
 #include "offload/aio.hpp"
 #include "offload/nvme_swapper.hpp"
-#include "zero/error.hpp"
+#include "zero/core/error.hpp"
 
 extern char** environ;
 

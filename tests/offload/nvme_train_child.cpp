@@ -20,9 +20,9 @@
 #include <string>
 
 #include "engine/mlp_training.hpp"
-#include "zero/comm.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/core/error.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace {
 

@@ -17,16 +17,16 @@
 #include <thread>
 #include <vector>
 
+#include "core/observe.hpp"
 #include "engine/discrete_device.hpp"
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
 #include "offload/aio.hpp"
 #include "offload/io_fixtures.hpp"
-#include "zero/comm.hpp"
-#include "zero/core/observe.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
-#include "zero/trace.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/trace.hpp"
+#include "zero/engine/engine.hpp"
 
 namespace zero {
 namespace {

@@ -27,11 +27,11 @@
 #include "offload/aio.hpp"
 #include "offload/io_fixtures.hpp"
 #include "offload/nvme_swapper.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
-#include "zero/plan.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
 
 namespace zero {
 namespace {

@@ -20,13 +20,13 @@
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
 #include "offload/io_fixtures.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
-#include "zero/plan.hpp"
-#include "zero/trace.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/core/trace.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

@@ -21,14 +21,14 @@
 
 #include "engine/mlp_model.hpp"
 #include "engine/mlp_training.hpp"
+#include "engine/placement.hpp"
 #include "offload/io_fixtures.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/engine.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
-#include "zero/placement.hpp"
-#include "zero/plan.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/engine/engine.hpp"
+#include "zero/engine/plan.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "optim/isas.hpp"
-#include "zero/cpu_features.hpp"
-#include "zero/dtype.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/core/cpu_features.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

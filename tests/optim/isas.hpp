@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "zero/cpu_features.hpp"
+#include "zero/core/cpu_features.hpp"
 
 namespace zero::testing {
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "zero/config.hpp"
-#include "zero/error.hpp"
-#include "zero/loss_scaler.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/loss_scaler.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

@@ -6,9 +6,9 @@
 #include <numbers>
 #include <string>
 
-#include "zero/config.hpp"
-#include "zero/error.hpp"
-#include "zero/lr_schedule.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/lr_schedule.hpp"
 
 namespace zero {
 namespace {

@@ -1,7 +1,7 @@
-// The int8 Adam moments' code maps (zero/detail/moment_quant.hpp): sorted and spanning [0, 1],
-// their regions, the AVX-512 region lookup from the exponent against the comparisons, the nearest
-// code against every value of the map, and smaller blocks quantizing Adam moments better. The
-// optimizer's step with int8 moments: moment_quant_test.cpp.
+// The int8 Adam moments' code maps (zero/optim/detail/moment_quant.hpp): sorted and spanning [0,
+// 1], their regions, the AVX-512 region lookup from the exponent against the comparisons, the
+// nearest code against every value of the map, and smaller blocks quantizing Adam moments better.
+// The optimizer's step with int8 moments: moment_quant_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "optim/moment_lut.hpp"
-#include "zero/detail/moment_quant.hpp"
-#include "zero/dtype.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/optim/detail/moment_quant.hpp"
 
 namespace zero {
 namespace {

@@ -1,4 +1,4 @@
-// int8 Adam moments (moment_dtype = int8, zero/detail/moment_quant.hpp); the code maps
+// int8 Adam moments (moment_dtype = int8, zero/optim/detail/moment_quant.hpp); the code maps
 // themselves: moment_codes_test.cpp.
 // - one step's quantize / dequantize error in float64 on adversarial blocks (zeros, one outlier
 //   per block, constant blocks, subnormals, mixed magnitudes), every ISA: each stored moment
@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "optim/isas.hpp"
-#include "zero/cpu_features.hpp"
-#include "zero/detail/moment_quant.hpp"
-#include "zero/dtype.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/core/cpu_features.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/detail/moment_quant.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "zero/config.hpp"
-#include "zero/dtype.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "optim/isas.hpp"
-#include "zero/config.hpp"
-#include "zero/cpu_features.hpp"
-#include "zero/dtype.hpp"
-#include "zero/error.hpp"
-#include "zero/optimizer.hpp"
+#include "zero/config/config.hpp"
+#include "zero/core/cpu_features.hpp"
+#include "zero/core/dtype.hpp"
+#include "zero/core/error.hpp"
+#include "zero/optim/optimizer.hpp"
 
 namespace zero {
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "expect_error.hpp"
-#include "zero/choose.hpp"
-#include "zero/memory_report.hpp"
+#include "zero/device/memory_report.hpp"
+#include "zero/plan/choose.hpp"
 
 namespace zero {
 namespace {

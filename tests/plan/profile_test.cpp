@@ -9,8 +9,8 @@
 #include <string>
 
 #include "expect_error.hpp"
-#include "zero/detail/cuda_runtime.hpp"
-#include "zero/profile.hpp"
+#include "zero/device/detail/cuda_runtime.hpp"
+#include "zero/plan/profile.hpp"
 
 namespace zero {
 namespace {

@@ -1,4 +1,4 @@
-// A model's units read off a safetensors header (zero/choose.hpp units_from_safetensors): one
+// A model's units read off a safetensors header (zero/plan/choose.hpp units_from_safetensors): one
 // file and a Hugging Face sharded set written with the checkpoint layer's writer
 // (ckpt/safetensors.hpp safetensors_header), tensors grouped by layer prefix or a pattern, the
 // data never needed; a malformed header and a bad pattern named in the error.
@@ -13,7 +13,7 @@
 
 #include "ckpt/safetensors.hpp"
 #include "expect_error.hpp"
-#include "zero/choose.hpp"
+#include "zero/plan/choose.hpp"
 
 namespace zero {
 namespace {

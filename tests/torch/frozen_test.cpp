@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "torch_runs.hpp"
-#include "zero/plan.hpp"
+#include "zero/engine/plan.hpp"
 
 namespace zero::testing {
 namespace {

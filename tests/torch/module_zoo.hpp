@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/torch.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/torch/torch.hpp"
 
 namespace zero::testing {
 

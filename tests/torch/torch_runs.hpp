@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "examples/libtorch/char_transformer.hpp"
-#include "zero/comm.hpp"
-#include "zero/config.hpp"
-#include "zero/torch.hpp"
+#include "zero/comm/comm.hpp"
+#include "zero/config/config.hpp"
+#include "zero/torch/torch.hpp"
 
 namespace zero::testing {
 
