@@ -254,11 +254,11 @@ TEST_F(ConfigKeys, ReduceScatterFalseAtStage3IsNamed) {
 }
 
 TEST_F(ConfigKeys, ReadmeTableListsEveryKey) {
-  const std::string readme = slurp(std::string(ZERO_SOURCE_DIR) + "/README.md");
+  const std::string readme = slurp(std::string(ZERO_SOURCE_DIR) + "/docs/config_keys.md");
   ASSERT_FALSE(readme.empty());
   for (const detail::ConfigKey& k : detail::config_keys()) {
     EXPECT_NE(readme.find("| `" + std::string(k.path) + "` |"), std::string::npos)
-        << "README.md's key table has no row for '" << k.path << "'";
+        << "docs/config_keys.md's key table has no row for '" << k.path << "'";
   }
 }
 

@@ -149,9 +149,9 @@ TEST(MomentCodes, TheCodeNamesTheNearestValue) {
 // whose scale drifts along the array over 5 decades (as parameters' gradients do) with a 2x
 // jitter per element, quantized in blocks of 64 .. 16384 with the maps above. The relative RMS
 // error of m, v and of the update m / sqrt(v) grows with the block (an outlier coarsens more
-// neighbours): 1.72% at 256 against 3.48% at 2048 on the update (printed; README "8-bit
-// optimizer moments"), and past a few thousand the small v of a block fall below its smallest
-// code and the update error explodes.
+// neighbours): 1.72% at 256 against 3.48% at 2048 on the update (printed; docs/optimizers.md,
+// "8-bit optimizer moments"), and past a few thousand the small v of a block fall below its
+// smallest code and the update error explodes.
 TEST(MomentCodes, SmallerBlocksQuantizeAdamMomentsBetter) {
   const std::size_t n = std::size_t{1} << 20;
   std::mt19937 rng(1);
