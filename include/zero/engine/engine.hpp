@@ -35,7 +35,7 @@
 //
 // How the engine is built (zero/): the placement (what lives where, computed once and summed by
 // the planner), the gradient reducer, the parameter gatherer, and offload/'s offloaded
-// optimizer; README.md's "Architecture" section walks through them.
+// optimizer; docs/architecture.md walks through them.
 //
 // Every allocation is charged to the rank's MemoryTracker (memory_report()).
 //
@@ -104,8 +104,8 @@ struct EngineOptions {
   // Attach mode: element ranges [begin, end) of the flat buffer that are frozen (a pretrained
   // base, a frozen embedding): the engine reads no gradient there, reduces and steps nothing
   // there, and keeps no master copy or optimizer state for them. The buffer is cut into units at
-  // the ranges' boundaries (the unit is the granularity of reduce and step: README "Frozen
-  // parameters"), so every boundary but the buffer's end must be a multiple of
+  // the ranges' boundaries (the unit is the granularity of reduce and step: docs/param_groups.md,
+  // "Frozen parameters"), so every boundary but the buffer's end must be a multiple of
   // attach_granularity(N, alignment): lay the tensors out on that grid, or lower `alignment`.
   // Overlapping or adjacent ranges merge. A group range over a frozen range is not used there.
   struct ElementRange {

@@ -25,8 +25,8 @@ struct ParamSpec {
   // false: a frozen parameter. Kept (sharded at stage 3, gathered for forward and backward) but
   // never stepped: it gets no gradient buffer, no reduction, no master copy and no optimizer
   // state (Engine::grad of it is an error naming it). The parameters of one unit are either all
-  // trainable or all frozen: the unit is the granularity of reduce and step (README.md, "Frozen
-  // parameters"); give a frozen part its own unit.
+  // trainable or all frozen: the unit is the granularity of reduce and step (docs/param_groups.md,
+  // "Frozen parameters"); give a frozen part its own unit.
   bool trainable = true;
   std::size_t numel() const;
 };
