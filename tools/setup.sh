@@ -46,6 +46,14 @@ zero_python_venv() {
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check safetensors numpy
 }
 
+# How many tests ctest runs at once: twice the cores. Much of the suite waits rather than computes
+# (MPI start-up, collectives between threads of one process, subprocesses, checkpoint I/O), and
+# its time bounds hold on a loaded machine (tests/common/load_slack.hpp, ZERO_TEST_TIMEOUT_SCALE),
+# so a second test per core fills those waits. ZERO_CTEST_JOBS overrides.
+zero_ctest_jobs() {
+  echo "${ZERO_CTEST_JOBS:-$((2 * $(nproc)))}"
+}
+
 zero_setup() {
   local build_dir="$1"
   shift
