@@ -76,130 +76,6 @@ std::size_t offload_cut(const std::vector<UnitPlacement>& units, double ratio, s
   return cut;
 }
 
-}  // namespace
-
-Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, AllocOptions opts) {
-  if (arena.bytes == 0) return {};
-  ZERO_CHECK(arena.tier != Tier::kNvme, kInternal, "allocate: an NVMe arena is a file");
-  return arena.tier == Tier::kPinned ? Buffer::pinned(tracker, arena.category, arena.bytes, opts)
-                                     : dev.alloc(tracker, arena.category, arena.bytes, opts);
-}
-
-int hybrid_shard_size(const Config& config, int world_size) {
-  const std::int64_t g = config.zero_optimization.hybrid_shard_size;
-  if (g != ZeroOptimizationConfig::kHybridShardNode) return static_cast<int>(g);
-  const LaunchInfo info = detect_launch();
-  if (info.source == "none") return world_size;  // in-process ranks: one node
-  ZERO_CHECK(info.local_size > 0, kConfig,
-             "config key 'zero_optimization.hybrid_shard_size' = \"node\": the launcher (",
-             info.source,
-             ") does not say how many ranks share a node (LOCAL_WORLD_SIZE, "
-             "OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE); give the "
-             "number of ranks per group");
-  ZERO_CHECK(info.size == world_size, kConfig,
-             "config key 'zero_optimization.hybrid_shard_size' = \"node\" groups the launcher's ",
-             info.size, " ranks by node, but the engine runs on a communicator of ", world_size,
-             " (a sub-group): give the number of ranks per group");
-  return info.local_size;
-}
-
-int shard_width(const Config& config, int world_size) {
-  const int g = hybrid_shard_size(config, world_size);
-  return g > 0 && g < world_size ? g : world_size;
-}
-
-PlacementInput placement_input(const Config& config, std::vector<UnitSpec> units, int world_size,
-                               int rank, std::size_t alignment, Ownership ownership,
-                               bool host_accessible, int replicas) {
-  const ZeroOptimizationConfig& z = config.zero_optimization;
-  const OptimizerParams op = OptimizerParams::from_config(config.optimizer);
-  PlacementInput in;
-  in.units = std::move(units);
-  // The groups the units name (the planner's case; the engine sets its own count).
-  for (const UnitSpec& u : in.units)
-    for (const ParamSpec& ps : u.params) in.num_groups = std::max(in.num_groups, ps.group + 1);
-  in.world_size = world_size;
-  in.rank = rank;
-  in.alignment = alignment;
-  in.policy = StagePolicy::of(z.stage, ownership);
-  in.ownership = ownership;
-  in.host_accessible = host_accessible;
-  in.working = working_dtype(config);
-  in.reduce = reduce_dtype_of(config);
-  in.state_dtype = op.state_dtype();
-  in.num_states = op.num_states();
-  in.accumulation = config.gradient_accumulation_steps;
-  in.optimizer_offload = z.offload_optimizer.device;
-  in.param_offload = in.policy.shard_params ? z.offload_param.device : OffloadDevice::kNone;
-  in.offload_chunk = static_cast<std::size_t>(z.offload_optimizer.buffer_size);
-  in.offload_buffers = static_cast<std::size_t>(z.offload_optimizer.buffer_count);
-  const std::string r = std::to_string(rank);
-  in.param_swap.dir = z.offload_param.nvme_path;
-  in.param_swap.stem = "param-r" + r;
-  in.param_swap.origin = "config key 'zero_optimization.offload_param.nvme_path'";
-  in.param_swap.buffer_count = 0;  // the gatherer's window is the only buffer
-  in.param_swap.aio = offload::AioOptions::from_config(config.aio);
-  in.optim_swap.dir = z.offload_optimizer.nvme_path;
-  in.optim_swap.stem = "optim-r" + r;
-  in.optim_swap.origin = "config key 'zero_optimization.offload_optimizer.nvme_path'";
-  in.optim_swap.buffer_count = in.offload_buffers;
-  in.optim_swap.pipeline_read = z.offload_optimizer.pipeline_read;
-  in.optim_swap.pipeline_write = z.offload_optimizer.pipeline_write;
-  in.optim_swap.aio = in.param_swap.aio;
-  in.persistence_threshold = static_cast<std::size_t>(z.stage3_param_persistence_threshold);
-  in.prefetch_bucket = static_cast<std::size_t>(z.stage3_prefetch_bucket_size);
-  in.max_live = static_cast<std::size_t>(z.stage3_max_live_parameters);
-  in.reduce_bucket = static_cast<std::size_t>(z.reduce_bucket_size);
-  in.allgather_bucket = static_cast<std::size_t>(z.allgather_bucket_size);
-  in.overlap_comm = z.overlap_comm;
-  in.quantized_weights = in.policy.shard_params && z.zero_quantized_weights;
-  in.quantized_gradients = in.policy.shard_params && z.zero_quantized_gradients;
-  in.quant_block = static_cast<std::size_t>(z.quantization_block_size);
-  in.replicas = replicas;
-  in.offload_ratio = z.offload_optimizer.ratio;
-  in.overlap_step = z.offload_optimizer.overlap_step;
-  if (in.overlap_step) {
-    // The speculative step starts when a unit's reduced gradient shard lands in host memory:
-    // ZeRO-Offload's gradient partition, stages 2-3 with the optimizer offloaded.
-    ZERO_CHECK(in.policy.shard_gradients && in.optimizer_offload != OffloadDevice::kNone, kConfig,
-               "config key 'zero_optimization.offload_optimizer.overlap_step' = true needs "
-               "zero_optimization.stage 2 or 3 with 'zero_optimization.offload_optimizer.device' "
-               "= \"cpu\" or \"nvme\" (stage is ",
-               z.stage, ", device \"", to_string(in.optimizer_offload),
-               "\"): it overlaps the offloaded step with backward, where the reduced gradient "
-               "shards land in host memory");
-    // Its updated parameters are written at the commit, not through the parameter file's window.
-    ZERO_CHECK(in.param_offload != OffloadDevice::kNvme, kConfig,
-               "config key 'zero_optimization.offload_optimizer.overlap_step' = true is not "
-               "supported with 'zero_optimization.offload_param.device' = \"nvme\"");
-    in.optim_swap.slots = 2;  // NVMe: the speculative chunk goes to the alternate slot
-    // The updated 16-bit copy a slot carries (below) is written by the step, read at the commit.
-    if (in.working != DType::kF32)
-      in.optim_swap.read_parts = 1 + static_cast<std::size_t>(in.num_states);
-  }
-  // The updated shards reach the parameter file through the offloaded optimizer's chunk loop:
-  // every unit must be stepped there (with device cpu, the ratio keeps the leading units on the
-  // device).
-  ZERO_CHECK(
-      in.param_offload != OffloadDevice::kNvme || in.optimizer_offload != OffloadDevice::kNone,
-      kConfig,
-      "config key 'zero_optimization.offload_param.device' = \"nvme\" needs "
-      "'zero_optimization.offload_optimizer.device' = \"cpu\" or \"nvme\" (it is \"",
-      to_string(in.optimizer_offload), "\")");
-  ZERO_CHECK(
-      in.param_offload != OffloadDevice::kNvme || in.optimizer_offload != OffloadDevice::kCpu ||
-          in.offload_ratio == 1.0,
-      kConfig,
-      "config key 'zero_optimization.offload_param.device' = \"nvme\" needs every unit's "
-      "optimizer off the device: 'zero_optimization.offload_optimizer.ratio' = ",
-      in.offload_ratio,
-      " keeps the leading units on the device with 'offload_optimizer.device' = \"cpu\" "
-      "(use ratio 1, or device \"nvme\", whose ratio splits between NVMe and pinned memory)");
-  return in;
-}
-
-namespace {
-
 // Unit u's stepped range [begin, begin + count) cut into runs of one parameter group.
 std::vector<GroupRun> group_runs(const PlacementInput& in, const Layout& lay, UnitId u,
                                  std::size_t begin, std::size_t count) {
@@ -244,6 +120,13 @@ std::vector<GroupRun> group_runs(const PlacementInput& in, const Layout& lay, Un
 
 }  // namespace
 
+Buffer allocate(const Arena& arena, DeviceOps& dev, MemoryTracker& tracker, AllocOptions opts) {
+  if (arena.bytes == 0) return {};
+  ZERO_CHECK(arena.tier != Tier::kNvme, kInternal, "allocate: an NVMe arena is a file");
+  return arena.tier == Tier::kPinned ? Buffer::pinned(tracker, arena.category, arena.bytes, opts)
+                                     : dev.alloc(tracker, arena.category, arena.bytes, opts);
+}
+
 bool frozen_unit(const UnitSpec& spec) {
   const ParamSpec* frozen = nullptr;
   const ParamSpec* trained = nullptr;
@@ -265,18 +148,15 @@ TagLayout Placement::tag_layout(UnitId first, UnitId last) const {
   return t;
 }
 
-Placement make_placement(PlacementInput in) {
-  Placement p;
-  // int8 moments: shards start on a quantization block (blocks never straddle two ranks).
-  p.layout = make_layout(in.units, in.world_size, in.alignment, state_block(in.state_dtype));
-  p.in = std::move(in);
-  const PlacementInput& i = p.in;
-  const StagePolicy& pol = i.policy;
-  const Layout& lay = p.layout;
-  const std::size_t nu = lay.units.size();
-  const std::size_t ws = dtype_size(i.working), rs = dtype_size(i.reduce);
-  const bool managed = i.ownership == Ownership::kManaged;
+namespace {
 
+// ---- make_placement's steps, in the order its body calls them: units -> stepped ranges ->
+// arenas per tier -> buckets -> pools. Each reads what the steps before it wrote into the
+// placement and writes its own part.
+
+// The rules every room reads that follow from the input alone.
+void set_rules(Placement& p) {
+  const PlacementInput& i = p.in;
   p.host_params = i.param_offload == OffloadDevice::kCpu;
   p.nvme_params = i.param_offload == OffloadDevice::kNvme;
   // fp32 training keeps no master copy for the units stepped on the device (the parameters are
@@ -284,42 +164,65 @@ Placement make_placement(PlacementInput in) {
   p.separate_master = i.working != DType::kF32;
   // Attach, W == R, A == 1: reduced in the trainer's buffer, unless frozen units cut it (the
   // trainable units' gradients are then not consecutive there: the engine accumulates them).
-  p.grads_in_trainer = !managed && i.working == i.reduce && i.accumulation == 1 &&
+  p.grads_in_trainer = i.ownership != Ownership::kManaged && i.working == i.reduce &&
+                       i.accumulation == 1 &&
                        std::none_of(i.units.begin(), i.units.end(), frozen_unit);
+}
 
-  // ---- units: parameters, stepped ranges
-  p.units.resize(nu);
-  std::size_t whole = 0, sharded = 0, max_shard = 0, max_trainable = 0;
-  for (std::size_t u = 0; u < nu; ++u) {
-    const UnitLayout& ul = lay.units[u];
+// Elements of the parameter arenas: the units kept whole and the shards held in memory.
+struct ParamExtents {
+  std::size_t whole = 0;    // params_whole
+  std::size_t sharded = 0;  // params_shard (none with offload_param = nvme: slots of its file)
+};
+
+// Units: frozen or not, each one's parameters whole (params_whole) or sharded (params_shard, or
+// a slot of the parameter swap file), at consecutive offsets in unit order.
+ParamExtents place_units(Placement& p) {
+  const PlacementInput& i = p.in;
+  ParamExtents e;
+  p.units.resize(p.layout.units.size());
+  for (std::size_t u = 0; u < p.units.size(); ++u) {
+    const UnitLayout& ul = p.layout.units[u];
     UnitPlacement& up = p.units[u];
     up.frozen = frozen_unit(i.units[u]);
-    up.kept_whole = !pol.shard_params || ul.numel < i.persistence_threshold;
+    up.kept_whole = !i.policy.shard_params || ul.numel < i.persistence_threshold;
     if (up.kept_whole) {
-      up.params_offset = whole;
-      whole += ul.padded;
+      up.params_offset = e.whole;
+      e.whole += ul.padded;
+    } else if (p.nvme_params) {
+      up.param_slot = p.param_slot_elems.size();
+      p.param_slot_elems.push_back(ul.shard);
     } else {
-      if (p.nvme_params) {
-        up.param_slot = p.param_slot_elems.size();
-        p.param_slot_elems.push_back(ul.shard);
-      } else {
-        up.params_offset = sharded;
-        sharded += ul.shard;
-      }
-      max_shard = std::max(max_shard, ul.shard);
+      up.params_offset = e.sharded;
+      e.sharded += ul.shard;
     }
-    up.step_begin = pol.shard_optimizer ? static_cast<std::size_t>(i.rank) * ul.shard : 0;
-    up.step_count = pol.shard_optimizer ? ul.shard : ul.padded;
+  }
+  return e;
+}
+
+// Stepped ranges: what this rank steps of each unit (the whole padded unit in stage 0, its
+// shard otherwise), cut into runs by parameter group; the trainable units' totals.
+void place_stepped_ranges(Placement& p) {
+  const PlacementInput& i = p.in;
+  const bool sharded = i.policy.shard_optimizer;
+  for (std::size_t u = 0; u < p.units.size(); ++u) {
+    const UnitLayout& ul = p.layout.units[u];
+    UnitPlacement& up = p.units[u];
+    up.step_begin = sharded ? static_cast<std::size_t>(i.rank) * ul.shard : 0;
+    up.step_count = sharded ? ul.shard : ul.padded;
     if (up.frozen) continue;
     p.trainable_step += up.step_count;
     p.trainable_padded += ul.padded;
-    max_trainable = std::max(max_trainable, ul.padded);
-    up.runs = group_runs(p.in, lay, static_cast<UnitId>(u), up.step_begin, up.step_count);
+    up.runs = group_runs(i, p.layout, static_cast<UnitId>(u), up.step_begin, up.step_count);
   }
+}
 
-  // ---- the optimizer's tier per unit (offload_optimizer.device and ratio)
-  // Offload to host memory: the device leads, pinned memory trails. To NVMe: pinned memory
-  // leads, the swap file trails (DeepSpeed's ratio on NVMe: the fraction in the file).
+// The optimizer's tier per unit (offload_optimizer.device and ratio). Offload to host memory:
+// the device leads, pinned memory trails. To NVMe: pinned memory leads, the swap file trails
+// (DeepSpeed's ratio on NVMe: the fraction in the file).
+void assign_optim_tiers(Placement& p) {
+  const PlacementInput& i = p.in;
+  const std::size_t nu = p.units.size();
   const bool nvme = i.optimizer_offload == OffloadDevice::kNvme;
   const Tier lead = nvme ? Tier::kPinned : Tier::kDevice;
   const Tier trail = nvme ? Tier::kNvme : Tier::kPinned;
@@ -337,60 +240,86 @@ Placement make_placement(PlacementInput in) {
     // ZeRO-Offload keeps the gradient partition with the optimizer on the host: in stages 2-3
     // the reduced shards are accumulated there as they complete. Stage 1 reduces whole
     // gradients on the device at the boundary; its shard is staged chunk by chunk at the step.
-    up.grads_on_host = up.optim_tier != Tier::kDevice && pol.shard_gradients;
+    up.grads_on_host = up.optim_tier != Tier::kDevice && i.policy.shard_gradients;
   }
+}
 
-  // ---- offsets in the tiers' arenas: the trainable units of each, consecutive in unit order
-  std::size_t device_step = 0, host_step = 0, device_grads = 0, host_grads = 0;
-  for (std::size_t u = 0; u < nu; ++u) {
+// Elements of each tier's optimizer and gradient arenas.
+struct TierExtents {
+  std::size_t device_step = 0, host_step = 0;    // master / state: the device's, pinned memory's
+  std::size_t device_grads = 0, host_grads = 0;  // accumulated gradients: the device's, the host's
+};
+
+// Offsets in the tiers' arenas: the trainable units of each, consecutive in unit order.
+TierExtents place_in_tiers(Placement& p) {
+  const bool shard_gradients = p.in.policy.shard_gradients;
+  TierExtents e;
+  for (std::size_t u = 0; u < p.units.size(); ++u) {
     UnitPlacement& up = p.units[u];
-    const std::size_t acc = pol.shard_gradients ? lay.units[u].shard : lay.units[u].padded;
+    const UnitLayout& ul = p.layout.units[u];
+    const std::size_t acc = shard_gradients ? ul.shard : ul.padded;
     const bool pinned = up.optim_tier == Tier::kPinned;
-    up.optim_offset = pinned ? host_step : device_step;
-    up.grads_offset = up.grads_on_host ? host_grads : device_grads;
+    up.optim_offset = pinned ? e.host_step : e.device_step;
+    up.grads_offset = up.grads_on_host ? e.host_grads : e.device_grads;
     if (up.frozen) continue;
-    if (up.optim_tier == Tier::kDevice) device_step += up.step_count;
-    if (pinned) host_step += up.step_count;
-    (up.grads_on_host ? host_grads : device_grads) += acc;
+    if (up.optim_tier == Tier::kDevice) e.device_step += up.step_count;
+    if (pinned) e.host_step += up.step_count;
+    (up.grads_on_host ? e.host_grads : e.device_grads) += acc;
   }
+  return e;
+}
 
-  // ---- parameters
-  if (managed) p.params_whole = on(Tier::kDevice, MemCategory::kParams16, whole * ws);
+// The parameter arenas, and with offload_param = nvme the parameter swap file and its window.
+void place_param_arenas(Placement& p, const ParamExtents& e) {
+  const PlacementInput& i = p.in;
+  const std::size_t ws = dtype_size(i.working);
+  if (i.ownership == Ownership::kManaged) {
+    p.params_whole = on(Tier::kDevice, MemCategory::kParams16, e.whole * ws);
+  }
   p.params_shard =
-      on(p.host_params ? Tier::kPinned : Tier::kDevice, MemCategory::kParams16, sharded * ws);
-  if (p.nvme_params) {
-    p.param_parts = {{MemCategory::kParams16, ws}};
-    p.param_file = offload::ChunkSwapper::footprint(p.param_slot_elems, p.param_parts);
-    p.param_window =
-        on(Tier::kPinned, MemCategory::kOffloadStaging, p.param_file.staging_buffer_bytes);
-    // The prefetch reads a shard straight into an aligned tail of its gathered buffer where the
-    // host can address it; a discrete device reads into the window and copies.
-    if (i.host_accessible) p.gather_extra = p.param_file.staging_buffer_bytes;
-  }
+      on(p.host_params ? Tier::kPinned : Tier::kDevice, MemCategory::kParams16, e.sharded * ws);
+  if (!p.nvme_params) return;
+  p.param_parts = {{MemCategory::kParams16, ws}};
+  p.param_file = offload::ChunkSwapper::footprint(p.param_slot_elems, p.param_parts);
+  p.param_window =
+      on(Tier::kPinned, MemCategory::kOffloadStaging, p.param_file.staging_buffer_bytes);
+  // The prefetch reads a shard straight into an aligned tail of its gathered buffer where the
+  // host can address it; a discrete device reads into the window and copies.
+  if (i.host_accessible) p.gather_extra = p.param_file.staging_buffer_bytes;
+}
 
-  // ---- master and optimizer state, each tier's units in its arenas (the swap file: chunks).
-  // Every stepped range is a whole number of int8 blocks: an arena is its ranges' sum.
-  const MomentDType sd = i.state_dtype;
-  if (p.separate_master) p.master = on(Tier::kDevice, MemCategory::kMasterParams, device_step * 4);
-  p.state = on(Tier::kDevice, MemCategory::kOptimizerState, state_bytes(sd, device_step));
-  p.host_master = on(Tier::kPinned, MemCategory::kMasterParams, host_step * 4);
-  p.host_state = on(Tier::kPinned, MemCategory::kOptimizerState, state_bytes(sd, host_step));
-  if (p.offloaded) {
-    // A chunk never needs to be larger than the largest offloaded range (DeepSpeed's
-    // buffer_size default of 1e8 elements would otherwise pin gigabytes for a small model).
-    std::size_t max_range = 0;
-    for (const UnitPlacement& up : p.units) {
-      if (!up.frozen && up.optim_tier != Tier::kDevice) {
-        max_range = std::max(max_range, up.step_count);
-      }
-    }
-    p.chunk_elems = std::max<std::size_t>(1, std::min(i.offload_chunk, max_range));
-    // int8 moments: a chunk is a whole number of quantization blocks (each stepped whole).
-    const std::size_t qb = state_block(sd);
-    p.chunk_elems = (p.chunk_elems + qb - 1) / qb * qb;
+// Master and optimizer state, each in-memory tier's units in its arenas. Every stepped range is
+// a whole number of int8 blocks: an arena is its ranges' sum.
+void place_state_arenas(Placement& p, const TierExtents& e) {
+  const MomentDType sd = p.in.state_dtype;
+  if (p.separate_master) {
+    p.master = on(Tier::kDevice, MemCategory::kMasterParams, e.device_step * 4);
   }
-  // The offloaded units' chunks, in unit order: the pinned tier's, then the swap file's.
-  for (std::size_t u = 0; u < nu; ++u) {
+  p.state = on(Tier::kDevice, MemCategory::kOptimizerState, state_bytes(sd, e.device_step));
+  p.host_master = on(Tier::kPinned, MemCategory::kMasterParams, e.host_step * 4);
+  p.host_state = on(Tier::kPinned, MemCategory::kOptimizerState, state_bytes(sd, e.host_step));
+}
+
+// Elements of the offloaded step's chunk (0: nothing offloaded).
+std::size_t chunk_size(const Placement& p) {
+  if (!p.offloaded) return 0;
+  // A chunk never needs to be larger than the largest offloaded range (DeepSpeed's
+  // buffer_size default of 1e8 elements would otherwise pin gigabytes for a small model).
+  std::size_t max_range = 0;
+  for (const UnitPlacement& up : p.units) {
+    if (!up.frozen && up.optim_tier != Tier::kDevice) {
+      max_range = std::max(max_range, up.step_count);
+    }
+  }
+  const std::size_t elems = std::max<std::size_t>(1, std::min(p.in.offload_chunk, max_range));
+  // int8 moments: a chunk is a whole number of quantization blocks (each stepped whole).
+  const std::size_t qb = state_block(p.in.state_dtype);
+  return (elems + qb - 1) / qb * qb;
+}
+
+// The offloaded units' chunks, in unit order: the pinned tier's, then the swap file's.
+void cut_chunks(Placement& p) {
+  for (std::size_t u = 0; u < p.units.size(); ++u) {
     p.unit_chunk.push_back(p.chunks.size());
     const UnitPlacement& up = p.units[u];
     const std::size_t range = up.frozen || up.optim_tier == Tier::kDevice ? 0 : up.step_count;
@@ -400,34 +329,21 @@ Placement make_placement(PlacementInput in) {
     }
   }
   p.unit_chunk.push_back(p.chunks.size());
+}
+
+// The offloaded step's pinned buffers: persistent staging, one chunk per buffer (the gradient
+// chunk where the gradients stay on the device, stage 1; the updated 16-bit parameters; fp32:
+// the master is copied directly), and overlap_step's window of pinned chunks.
+void place_offload_buffers(Placement& p) {
+  const PlacementInput& i = p.in;
+  const std::size_t ws = dtype_size(i.working), rs = dtype_size(i.reduce);
   if (p.offloaded) {
-    // Persistent staging, one chunk per buffer: the gradient chunk where the gradients stay on
-    // the device (stage 1), the updated 16-bit parameters (fp32: the master is copied directly).
-    if (!pol.shard_gradients) {
+    if (!i.policy.shard_gradients) {
       p.staging_grad = on(Tier::kPinned, MemCategory::kOffloadStaging, p.chunk_elems * rs);
     }
     if (i.working != DType::kF32) {
       p.staging_param = on(Tier::kPinned, MemCategory::kOffloadStaging, p.chunk_elems * ws);
     }
-  }
-  if (p.nvme_optimizer) {
-    for (std::size_t c = p.nvme_chunk; c < p.chunks.size(); ++c) {
-      p.optim_chunk_elems.push_back(p.chunks[c].count);
-    }
-    p.optim_parts = {{MemCategory::kMasterParams, 4}};
-    for (int k = 0; k < i.num_states; ++k) {
-      // The state's bytes per element and per block, from the optimizer's rule.
-      const std::size_t block = state_block(i.state_dtype);
-      const std::size_t per_block = state_bytes(i.state_dtype, block);
-      p.optim_parts.push_back(
-          {MemCategory::kOptimizerState, per_block / block, block, per_block % block});
-    }
-    // The speculative step's updated 16-bit parameters ride in the slot (written at the commit).
-    if (i.overlap_step && i.working != DType::kF32) {
-      p.optim_parts.push_back({MemCategory::kParams16, ws});
-    }
-    p.optim_file =
-        offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts, i.optim_swap.slots);
   }
   if (i.overlap_step && p.nvme_chunk > 0) {
     // The pinned chunks' window: as many chunks as the pipeline's staging buffers.
@@ -437,81 +353,155 @@ Placement make_placement(PlacementInput in) {
         on(Tier::kPinned, MemCategory::kOffloadStaging,
            p.spec_part_offset(i.num_states + 1) + (i.working != DType::kF32 ? n * ws : 0));
   }
+}
 
-  // ---- gradients: the device's arena (none when reduced in the trainer's buffer) and the
-  // partition on the host
-  if (!p.grads_in_trainer) p.grads = on(Tier::kDevice, MemCategory::kGradients, device_grads * rs);
-  p.host_grads = on(Tier::kPinned, MemCategory::kGradients, host_grads * rs);
+// The optimizer's swap file (the NVMe tier): a slot per chunk from nvme_chunk on, each with the
+// master, the states and (overlap_step, 16-bit) the updated parameters.
+void place_optim_file(Placement& p) {
+  const PlacementInput& i = p.in;
+  if (!p.nvme_optimizer) return;
+  for (std::size_t c = p.nvme_chunk; c < p.chunks.size(); ++c) {
+    p.optim_chunk_elems.push_back(p.chunks[c].count);
+  }
+  p.optim_parts = {{MemCategory::kMasterParams, 4}};
+  for (int k = 0; k < i.num_states; ++k) {
+    // The state's bytes per element and per block, from the optimizer's rule.
+    const std::size_t block = state_block(i.state_dtype);
+    const std::size_t per_block = state_bytes(i.state_dtype, block);
+    p.optim_parts.push_back(
+        {MemCategory::kOptimizerState, per_block / block, block, per_block % block});
+  }
+  // The speculative step's updated 16-bit parameters ride in the slot (written at the commit).
+  if (i.overlap_step && i.working != DType::kF32) {
+    p.optim_parts.push_back({MemCategory::kParams16, dtype_size(i.working)});
+  }
+  p.optim_file =
+      offload::ChunkSwapper::footprint(p.optim_chunk_elems, p.optim_parts, i.optim_swap.slots);
+}
 
-  // ---- buckets
-  const bool bucketed = pol.shard_optimizer;  // stage 0 all-reduces everything at once
+// Gradients: the device's arena (none when reduced in the trainer's buffer) and the partition on
+// the host.
+void place_grad_arenas(Placement& p, const TierExtents& e) {
+  const std::size_t rs = dtype_size(p.in.reduce);
+  if (!p.grads_in_trainer) {
+    p.grads = on(Tier::kDevice, MemCategory::kGradients, e.device_grads * rs);
+  }
+  p.host_grads = on(Tier::kPinned, MemCategory::kGradients, e.host_grads * rs);
+}
+
+// The reduce buckets (trainable units) and the post-step all-gather buckets (trainable units
+// kept whole), each member's bucket and offset written into its unit.
+void place_buckets(Placement& p) {
+  const PlacementInput& i = p.in;
+  const bool bucketed = i.policy.shard_optimizer;  // stage 0 all-reduces everything at once
+  auto unit = [&p](UnitId u) -> UnitPlacement& { return p.units[static_cast<std::size_t>(u)]; };
   // A merged bucket's reduced part lands consecutively in one gradient arena: a bucket never
   // spans the device's gradients and the host partition (partial offload, stages 2-3).
   p.reduce_buckets = make_buckets(
-      lay, bucketed ? i.reduce_bucket : 0,
-      [&](UnitId u) { return !p.units[static_cast<std::size_t>(u)].frozen; },
+      p.layout, bucketed ? i.reduce_bucket : 0, [&](UnitId u) { return !unit(u).frozen; },
       [&](UnitId u) { return p.grads_on_host(u); },
       [&](UnitId u, int b, std::size_t off) {
-        p.units[static_cast<std::size_t>(u)].reduce_bucket = b;
-        p.units[static_cast<std::size_t>(u)].reduce_offset = off;
+        unit(u).reduce_bucket = b;
+        unit(u).reduce_offset = off;
       });
   p.gather_buckets = make_buckets(
-      lay, i.allgather_bucket,
+      p.layout, i.allgather_bucket,
       [&](UnitId u) {
-        const UnitPlacement& up = p.units[static_cast<std::size_t>(u)];
-        return bucketed && up.kept_whole && !up.frozen;  // a frozen unit is never updated
+        return bucketed && unit(u).kept_whole && !unit(u).frozen;  // a frozen unit is never updated
       },
       [](UnitId) { return 0; },
       [&](UnitId u, int b, std::size_t off) {
-        p.units[static_cast<std::size_t>(u)].gather_bucket = b;
-        p.units[static_cast<std::size_t>(u)].gather_offset = off;
+        unit(u).gather_bucket = b;
+        unit(u).gather_offset = off;
       });
-  std::size_t max_reduce_bucket = 0, max_gather_bucket = 0, max_reduce_shard = 0;
-  std::size_t max_host_shard = 0;  // of the buckets reduced into the host partition
-  const auto n = static_cast<std::size_t>(i.world_size);
+}
+
+// The largest of what the pools hold, in elements (one rank's part unless said).
+struct PoolExtents {
+  std::size_t max_trainable = 0;      // a trainable unit, padded
+  std::size_t max_shard = 0;          // a sharded unit's shard
+  std::size_t max_reduce_bucket = 0;  // N x a merged reduce bucket's part
+  std::size_t max_gather_bucket = 0;  // N x a merged post-step all-gather bucket's part
+  std::size_t max_reduce_shard = 0;   // a reduce bucket's part
+  std::size_t max_host_shard = 0;     // ... of the buckets reduced into the host partition
+};
+
+PoolExtents pool_extents(const Placement& p) {
+  PoolExtents e;
+  for (std::size_t u = 0; u < p.units.size(); ++u) {
+    const UnitLayout& ul = p.layout.units[u];
+    if (!p.units[u].frozen) e.max_trainable = std::max(e.max_trainable, ul.padded);
+    if (!p.units[u].kept_whole) e.max_shard = std::max(e.max_shard, ul.shard);
+  }
+  const auto n = static_cast<std::size_t>(p.in.world_size);
   for (const Bucket& b : p.reduce_buckets) {
-    max_reduce_shard = std::max(max_reduce_shard, b.shard);
-    if (p.grads_on_host(b.first)) max_host_shard = std::max(max_host_shard, b.shard);
-    if (b.merged()) max_reduce_bucket = std::max(max_reduce_bucket, n * b.shard);
+    e.max_reduce_shard = std::max(e.max_reduce_shard, b.shard);
+    if (p.grads_on_host(b.first)) e.max_host_shard = std::max(e.max_host_shard, b.shard);
+    if (b.merged()) e.max_reduce_bucket = std::max(e.max_reduce_bucket, n * b.shard);
   }
   for (const Bucket& b : p.gather_buckets) {
-    if (b.merged()) max_gather_bucket = std::max(max_gather_bucket, n * b.shard);
+    if (b.merged()) e.max_gather_bucket = std::max(e.max_gather_bucket, n * b.shard);
   }
-  p.max_in_flight = i.overlap_comm ? kCollectivesInFlight : 0;
+  return e;
+}
 
-  // ---- pools
+// The pools, sized by the largest buffer each takes; on a discrete device, what the host needs
+// from its memory lands in pinned memory first.
+void size_pools(Placement& p, const PoolExtents& e) {
+  const PlacementInput& i = p.in;
+  const std::size_t ws = dtype_size(i.working), rs = dtype_size(i.reduce);
+  p.max_in_flight = i.overlap_comm ? kCollectivesInFlight : 0;
   // Gradients are written and reduced for trainable units only.
-  p.grad_pool = {MemCategory::kGradients, max_trainable * ws};
-  p.reduce_pool = {MemCategory::kCommBuffers, max_trainable * rs};
-  p.bucket_pool = {MemCategory::kCommBuffers, max_reduce_bucket * rs};
-  p.gather_pool = {MemCategory::kParams16, lay.max_padded * ws + p.gather_extra};
-  p.gather_bucket_pool = {MemCategory::kCommBuffers, max_gather_bucket * ws};
-  if (i.quantized_weights) {
-    std::size_t max_shard = 0;
-    for (std::size_t u = 0; u < nu; ++u) {
-      if (!p.units[u].kept_whole) max_shard = std::max(max_shard, lay.units[u].shard);
-    }
-    if (max_shard > 0) {
-      p.quant_gather_pool = {
-          MemCategory::kCommBuffers,
-          quantized_all_gather_staging_bytes(i.world_size, max_shard, i.quant_block)};
-    }
+  p.grad_pool = {MemCategory::kGradients, e.max_trainable * ws};
+  p.reduce_pool = {MemCategory::kCommBuffers, e.max_trainable * rs};
+  p.bucket_pool = {MemCategory::kCommBuffers, e.max_reduce_bucket * rs};
+  p.gather_pool = {MemCategory::kParams16, p.layout.max_padded * ws + p.gather_extra};
+  p.gather_bucket_pool = {MemCategory::kCommBuffers, e.max_gather_bucket * ws};
+  if (i.quantized_weights && e.max_shard > 0) {
+    p.quant_gather_pool = {
+        MemCategory::kCommBuffers,
+        quantized_all_gather_staging_bytes(i.world_size, e.max_shard, i.quant_block)};
   }
   if (i.quantized_gradients) {
     std::size_t bytes =
-        quantized_reduce_scatter_staging_bytes(i.world_size, max_reduce_shard, i.quant_block);
+        quantized_reduce_scatter_staging_bytes(i.world_size, e.max_reduce_shard, i.quant_block);
     if (i.replicas > 1) {
       bytes = std::max(
-          bytes, quantized_all_reduce_staging_bytes(i.replicas, max_reduce_shard, i.quant_block));
+          bytes, quantized_all_reduce_staging_bytes(i.replicas, e.max_reduce_shard, i.quant_block));
     }
     p.quant_reduce_pool = {MemCategory::kCommBuffers, bytes};
   }
-
-  // ---- a discrete device: what the host needs from its memory lands in pinned memory first
   if (!i.host_accessible) {
-    p.grad_landing = on(Tier::kPinned, MemCategory::kOffloadStaging, max_host_shard * rs);
+    const auto n = static_cast<std::size_t>(i.world_size);
+    p.grad_landing = on(Tier::kPinned, MemCategory::kOffloadStaging, e.max_host_shard * rs);
     p.stats_scratch = on(Tier::kDevice, MemCategory::kCommBuffers, 4 * (n + 1) * sizeof(float));
   }
+}
+
+}  // namespace
+
+Placement make_placement(PlacementInput in) {
+  Placement p;
+  // int8 moments: shards start on a quantization block (blocks never straddle two ranks).
+  p.layout = make_layout(in.units, in.world_size, in.alignment, state_block(in.state_dtype));
+  p.in = std::move(in);
+  set_rules(p);
+  // Units -> stepped ranges -> each unit's optimizer tier and its offsets in the tiers' arenas.
+  const ParamExtents params = place_units(p);
+  place_stepped_ranges(p);
+  assign_optim_tiers(p);
+  const TierExtents tiers = place_in_tiers(p);
+  // Arenas per tier: parameters, master and state (the offloaded units' in chunks), gradients.
+  place_param_arenas(p, params);
+  place_state_arenas(p, tiers);
+  p.chunk_elems = chunk_size(p);
+  cut_chunks(p);
+  place_offload_buffers(p);
+  place_optim_file(p);
+  place_grad_arenas(p, tiers);
+  // Buckets, then the pools their largest members size.
+  place_buckets(p);
+  size_pools(p, pool_extents(p));
   return p;
 }
 

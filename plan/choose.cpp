@@ -44,103 +44,149 @@ std::vector<Combo> product(const std::vector<Axis>& axes) {
   return out;
 }
 
+// Every --set key of the axes below but the optimizer's and activation checkpointing's is under
+// this block.
+const std::string kZ = "zero_optimization.";
+
+// The optimizer's tier: offload none, cpu at each ratio, or nvme (only with a path).
+Axis optimizer_axis(const ChooseSpace& s, const World& w) {
+  const bool nvme = !w.nvme_path.empty();
+  Axis opt;
+  for (const std::string& o : s.optimizer_offload) {
+    if (o == "cpu") {
+      for (double r : s.cpu_ratios) {
+        opt.push_back(
+            {{kZ + "offload_optimizer.device=cpu", kZ + "offload_optimizer.ratio=" + num(r)},
+             ", optimizer cpu" + (r < 1 ? " " + num(r) : std::string())});
+      }
+    } else if (o != "nvme" || nvme) {
+      Combo c{{kZ + "offload_optimizer.device=" + o}, ", optimizer " + o};
+      if (o == "nvme") c.sets.push_back(kZ + "offload_optimizer.nvme_path=" + w.nvme_path);
+      opt.push_back(c);
+    }
+  }
+  return opt;
+}
+
+// Stage 3's parameter tier: none, cpu, or nvme (only with a path).
+Axis param_axis(const ChooseSpace& s, const World& w) {
+  Axis par;
+  for (const std::string& p : s.param_offload) {
+    if (p == "nvme" && w.nvme_path.empty()) continue;
+    Combo c{{kZ + "offload_param.device=" + p}, ", params " + p};
+    if (p == "nvme") c.sets.push_back(kZ + "offload_param.nvme_path=" + w.nvme_path);
+    par.push_back(c);
+  }
+  return par;
+}
+
+Axis moments_axis(const ChooseSpace& s) {
+  Axis moments;
+  for (const std::string& m : s.moment_dtypes) {
+    moments.push_back({{"optimizer.params.moment_dtype=" + m}, ", " + m + " moments"});
+  }
+  return moments;
+}
+
+// reduce_bucket_size and allgather_bucket_size together.
+Axis buckets_axis(const ChooseSpace& s) {
+  Axis buckets;
+  for (std::int64_t b : s.buckets) {
+    const std::string v = std::to_string(b);
+    buckets.push_back({{kZ + "reduce_bucket_size=" + v, kZ + "allgather_bucket_size=" + v},
+                       b == 0 ? ", bucket/unit" : ", buckets " + v});
+  }
+  return buckets;
+}
+
+// Stage 3's prefetch bucket, each non-zero one with every max-live bound (0: twice the largest
+// unit).
+Axis prefetch_axis(const ChooseSpace& s, std::int64_t largest_unit) {
+  const std::int64_t kDefaultLive = ZeroOptimizationConfig{}.stage3_max_live_parameters;
+  Axis prefetch;
+  for (std::int64_t v : s.prefetch) {
+    const Combo p{{kZ + "stage3_prefetch_bucket_size=" + std::to_string(v)},
+                  ", prefetch " + std::to_string(v)};
+    if (v == 0 || s.max_live.empty()) {  // without a prefetch max-live bounds nothing
+      prefetch.push_back(p);
+      continue;
+    }
+    for (std::int64_t m : s.max_live) {
+      const std::int64_t live = m > 0 ? m : std::max<std::int64_t>(2 * largest_unit, 1);
+      Combo c = p;
+      c.sets.push_back(kZ + "stage3_max_live_parameters=" + std::to_string(live));
+      if (live != kDefaultLive) c.label += ", max-live " + std::to_string(live);
+      prefetch.push_back(c);
+    }
+  }
+  return prefetch;
+}
+
+Axis persistence_axis(const ChooseSpace& s) {
+  Axis persist;
+  for (std::int64_t v : s.persistence) {
+    persist.push_back({{kZ + "stage3_param_persistence_threshold=" + std::to_string(v)},
+                       ", persist " + std::to_string(v)});
+  }
+  return persist;
+}
+
+// Hybrid sharding across nodes: a group per node, or none.
+Axis hybrid_axis(const ChooseSpace& s, const World& w) {
+  Axis hybrid;
+  for (const std::string& h : s.hybrid) {
+    if (h == "node") {
+      hybrid.push_back({{kZ + "hybrid_shard_size=" + std::to_string(w.local())},
+                        ", hybrid " + std::to_string(w.local())});
+    } else {
+      hybrid.push_back({{kZ + "hybrid_shard_size=0"}, ""});
+    }
+  }
+  return hybrid;
+}
+
+// ZeRO++'s quantized collectives: weights, gradients, both or none.
+Axis quantized_axis(const ChooseSpace& s) {
+  Axis quant;
+  for (const std::string& q : s.quantized) {
+    const bool qw = q == "weights" || q == "both", qg = q == "gradients" || q == "both";
+    quant.push_back({{kZ + "zero_quantized_weights=" + (qw ? "true" : "false"),
+                      kZ + "zero_quantized_gradients=" + (qg ? "true" : "false")},
+                     std::string(qw ? ", qwZ" : "") + (qg ? ", qgZ" : "")});
+  }
+  return quant;
+}
+
+// Activation checkpointing: off, or the space's segments.
+Axis checkpointing_axis(const ChooseSpace& s) {
+  Axis ckpt;
+  ckpt.push_back({{"activation_checkpointing.number_checkpoints=0"}, ""});
+  if (s.checkpoint_segments > 0) {
+    const std::string k = std::to_string(s.checkpoint_segments);
+    ckpt.push_back({{"activation_checkpointing.number_checkpoints=" + k}, ", checkpointing " + k});
+  }
+  return ckpt;
+}
+
 // The space's axes for one stage: NVMe only with a path; parameter offload, prefetch (with its
 // max-live bound), persistence and quantized collectives only at stage 3 (DeepSpeed's "valid only
 // with stage 3": not enumerated elsewhere); hybrid sharding and quantized collectives only across
 // nodes. largest_unit: the model's largest unit in elements (max_live 0 stands for twice it).
 std::vector<Axis> axes_of(int stage, const ChooseSpace& s, const World& w,
                           std::int64_t largest_unit) {
-  const bool nvme = !w.nvme_path.empty();
   const bool nodes = w.local() < w.ranks && w.ranks % w.local() == 0;
-  const std::string z = "zero_optimization.";
-  Axis opt;
-  for (const std::string& o : s.optimizer_offload) {
-    if (o == "cpu") {
-      for (double r : s.cpu_ratios) {
-        opt.push_back(
-            {{z + "offload_optimizer.device=cpu", z + "offload_optimizer.ratio=" + num(r)},
-             ", optimizer cpu" + (r < 1 ? " " + num(r) : std::string())});
-      }
-    } else if (o != "nvme" || nvme) {
-      Combo c{{z + "offload_optimizer.device=" + o}, ", optimizer " + o};
-      if (o == "nvme") c.sets.push_back(z + "offload_optimizer.nvme_path=" + w.nvme_path);
-      opt.push_back(c);
-    }
-  }
-  std::vector<Axis> axes = {{{{z + "stage=" + std::to_string(stage)}, "stage " + num(stage)}}, opt};
+  std::vector<Axis> axes = {{{{kZ + "stage=" + std::to_string(stage)}, "stage " + num(stage)}},
+                            optimizer_axis(s, w)};
+  if (stage == 3) axes.push_back(param_axis(s, w));
+  axes.push_back(moments_axis(s));
+  axes.push_back(buckets_axis(s));
   if (stage == 3) {
-    Axis par;
-    for (const std::string& p : s.param_offload) {
-      if (p == "nvme" && !nvme) continue;
-      Combo c{{z + "offload_param.device=" + p}, ", params " + p};
-      if (p == "nvme") c.sets.push_back(z + "offload_param.nvme_path=" + w.nvme_path);
-      par.push_back(c);
-    }
-    axes.push_back(par);
+    axes.push_back(prefetch_axis(s, largest_unit));
+    axes.push_back(persistence_axis(s));
   }
-  Axis moments, buckets, prefetch, persist, ckpt;
-  for (const std::string& m : s.moment_dtypes) {
-    moments.push_back({{"optimizer.params.moment_dtype=" + m}, ", " + m + " moments"});
-  }
-  for (std::int64_t b : s.buckets) {
-    const std::string v = std::to_string(b);
-    buckets.push_back({{z + "reduce_bucket_size=" + v, z + "allgather_bucket_size=" + v},
-                       b == 0 ? ", bucket/unit" : ", buckets " + v});
-  }
-  axes.push_back(moments);
-  axes.push_back(buckets);
-  if (stage == 3) {
-    const std::int64_t kDefaultLive = ZeroOptimizationConfig{}.stage3_max_live_parameters;
-    for (std::int64_t v : s.prefetch) {
-      const Combo p{{z + "stage3_prefetch_bucket_size=" + std::to_string(v)},
-                    ", prefetch " + std::to_string(v)};
-      if (v == 0 || s.max_live.empty()) {  // without a prefetch max-live bounds nothing
-        prefetch.push_back(p);
-        continue;
-      }
-      for (std::int64_t m : s.max_live) {
-        const std::int64_t live = m > 0 ? m : std::max<std::int64_t>(2 * largest_unit, 1);
-        Combo c = p;
-        c.sets.push_back(z + "stage3_max_live_parameters=" + std::to_string(live));
-        if (live != kDefaultLive) c.label += ", max-live " + std::to_string(live);
-        prefetch.push_back(c);
-      }
-    }
-    for (std::int64_t v : s.persistence) {
-      persist.push_back({{z + "stage3_param_persistence_threshold=" + std::to_string(v)},
-                         ", persist " + std::to_string(v)});
-    }
-    axes.push_back(prefetch);
-    axes.push_back(persist);
-  }
-  if (nodes && stage > 0) {
-    Axis hybrid;
-    for (const std::string& h : s.hybrid) {
-      if (h == "node") {
-        hybrid.push_back({{z + "hybrid_shard_size=" + std::to_string(w.local())},
-                          ", hybrid " + std::to_string(w.local())});
-      } else {
-        hybrid.push_back({{z + "hybrid_shard_size=0"}, ""});
-      }
-    }
-    axes.push_back(hybrid);
-  }
-  if (nodes && stage == 3) {
-    Axis quant;
-    for (const std::string& q : s.quantized) {
-      const bool qw = q == "weights" || q == "both", qg = q == "gradients" || q == "both";
-      quant.push_back({{z + "zero_quantized_weights=" + (qw ? "true" : "false"),
-                        z + "zero_quantized_gradients=" + (qg ? "true" : "false")},
-                       std::string(qw ? ", qwZ" : "") + (qg ? ", qgZ" : "")});
-    }
-    axes.push_back(quant);
-  }
-  ckpt.push_back({{"activation_checkpointing.number_checkpoints=0"}, ""});
-  if (s.checkpoint_segments > 0) {
-    const std::string k = std::to_string(s.checkpoint_segments);
-    ckpt.push_back({{"activation_checkpointing.number_checkpoints=" + k}, ", checkpointing " + k});
-  }
-  axes.push_back(ckpt);
+  if (nodes && stage > 0) axes.push_back(hybrid_axis(s, w));
+  if (nodes && stage == 3) axes.push_back(quantized_axis(s));
+  axes.push_back(checkpointing_axis(s));
   return axes;
 }
 

@@ -194,6 +194,95 @@ std::string to_json(const MachineProfile& p) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// The collective points at `at`.`name` of `in`, appended to `into`.
+void read_points(const Reader& r, const json& in, const std::string& at, const std::string& name,
+                 std::vector<CollectivePoint>& into) {
+  const std::string path = Reader::join(at, name);
+  const json& cols = r.member(in, at, name);
+  if (!cols.is_array()) r.fail(path, cols, "expected an array");
+  for (std::size_t k = 0; k < cols.size(); ++k) {
+    const std::string key = path + "[" + std::to_string(k) + "]";
+    const json& c = r.object(cols[k], key, {"op", "ranks", "bytes", "seconds"});
+    CollectivePoint pt;
+    pt.op = r.text(c, key, "op");
+    if (kOps.count(pt.op) == 0) {
+      r.fail(key + ".op", c.at("op"), "expected all_reduce, reduce_scatter or all_gather");
+    }
+    pt.ranks = static_cast<int>(r.count(c, key, "ranks", 2));
+    pt.bytes = r.count(c, key, "bytes", 1);
+    pt.seconds = r.number(c, key, "seconds", 0, true);
+    into.push_back(pt);
+  }
+}
+
+// "optimizer": the rates per moment dtype and the measured points.
+void read_optimizer(const Reader& r, const json& j, MachineProfile& p) {
+  const json& opt =
+      r.object(r.member(j, "", "optimizer"), "optimizer",
+               {"f32_elements_per_s", "bf16_elements_per_s", "int8_elements_per_s", "points"});
+  p.optimizer_f32_per_s = r.number(opt, "optimizer", "f32_elements_per_s", 0, true);
+  p.optimizer_bf16_per_s = r.number(opt, "optimizer", "bf16_elements_per_s", 0, true);
+  p.optimizer_int8_per_s = r.number(opt, "optimizer", "int8_elements_per_s", 0, true);
+  // "points" is optional: a hand-written profile may give the rates alone.
+  if (!opt.contains("points")) return;
+  const json& pts = opt.at("points");
+  if (!pts.is_array()) r.fail("optimizer.points", pts, "expected an array");
+  for (std::size_t k = 0; k < pts.size(); ++k) {
+    const std::string key = "optimizer.points[" + std::to_string(k) + "]";
+    const json& o = r.object(pts[k], key, {"moment_dtype", "elements", "elements_per_s"});
+    OptimizerPoint pt;
+    pt.moment_dtype = r.text(o, key, "moment_dtype");
+    if (kMomentDtypes.count(pt.moment_dtype) == 0) {
+      r.fail(key + ".moment_dtype", o.at("moment_dtype"), "expected f32, bf16 or int8");
+    }
+    pt.elements = r.count(o, key, "elements", 1);
+    pt.per_s = r.number(o, key, "elements_per_s", 0, true);
+    p.optimizer_points.push_back(pt);
+  }
+}
+
+// "nvme": the swap directory's request size and rates (both measured, or neither).
+void read_nvme(const Reader& r, const json& j, MachineProfile& p) {
+  const json& nv = r.object(r.member(j, "", "nvme"), "nvme",
+                            {"path", "request_bytes", "read_bytes_per_s", "write_bytes_per_s"});
+  p.nvme_path = r.text(nv, "nvme", "path");
+  p.nvme_request_bytes = r.count(nv, "nvme", "request_bytes", 0);
+  p.nvme_read_bytes_per_s = r.number(nv, "nvme", "read_bytes_per_s", 0);
+  p.nvme_write_bytes_per_s = r.number(nv, "nvme", "write_bytes_per_s", 0);
+  if ((p.nvme_read_bytes_per_s > 0) != (p.nvme_write_bytes_per_s > 0)) {
+    r.fail("nvme.read_bytes_per_s", nv.at("read_bytes_per_s"),
+           "read and write are measured together: both > 0, or both 0 (not measured)");
+  }
+}
+
+// "cuda" (optional: a machine without a CUDA device has none): the device's copy rates and its
+// NCCL points, each on at most cuda.devices ranks.
+void read_cuda(const Reader& r, const json& j, MachineProfile& p) {
+  if (!j.contains("cuda")) return;
+  const json& cu = r.object(j.at("cuda"), "cuda",
+                            {"device", "devices", "hbm_copy_bytes_per_s",
+                             "host_to_device_bytes_per_s", "device_to_host_bytes_per_s", "nccl"});
+  p.cuda.device = r.text(cu, "cuda", "device");
+  p.cuda.devices = static_cast<int>(r.count(cu, "cuda", "devices", 1));
+  p.cuda.hbm_copy_bytes_per_s = r.number(cu, "cuda", "hbm_copy_bytes_per_s", 0, true);
+  p.cuda.host_to_device_bytes_per_s = r.number(cu, "cuda", "host_to_device_bytes_per_s", 0, true);
+  p.cuda.device_to_host_bytes_per_s = r.number(cu, "cuda", "device_to_host_bytes_per_s", 0, true);
+  std::vector<CollectivePoint> nccl;
+  read_points(r, cu, "cuda", "nccl", nccl);
+  for (std::size_t k = 0; k < nccl.size(); ++k) {
+    if (nccl[k].ranks > p.cuda.devices) {
+      r.fail("cuda.nccl[" + std::to_string(k) + "].ranks", cu.at("nccl")[k].at("ranks"),
+             "more ranks than cuda.devices = " + std::to_string(p.cuda.devices) +
+                 " (one GPU per rank)");
+    }
+  }
+  p.cuda.nccl = std::move(nccl);
+}
+
+}  // namespace
+
 MachineProfile profile_from_json(const std::string& text, const std::string& file) {
   json j;
   try {
@@ -213,83 +302,14 @@ MachineProfile profile_from_json(const std::string& text, const std::string& fil
   p.threads = static_cast<int>(r.count(j, "", "threads", 1));
   const json& mem = r.object(r.member(j, "", "memory"), "memory", {"copy_bytes_per_s"});
   p.copy_bytes_per_s = r.number(mem, "memory", "copy_bytes_per_s", 0, true);
-  const json& opt =
-      r.object(r.member(j, "", "optimizer"), "optimizer",
-               {"f32_elements_per_s", "bf16_elements_per_s", "int8_elements_per_s", "points"});
-  p.optimizer_f32_per_s = r.number(opt, "optimizer", "f32_elements_per_s", 0, true);
-  p.optimizer_bf16_per_s = r.number(opt, "optimizer", "bf16_elements_per_s", 0, true);
-  p.optimizer_int8_per_s = r.number(opt, "optimizer", "int8_elements_per_s", 0, true);
-  if (opt.contains("points")) {  // optional: a hand-written profile may give the rates alone
-    const json& pts = opt.at("points");
-    if (!pts.is_array()) r.fail("optimizer.points", pts, "expected an array");
-    for (std::size_t k = 0; k < pts.size(); ++k) {
-      const std::string key = "optimizer.points[" + std::to_string(k) + "]";
-      const json& o = r.object(pts[k], key, {"moment_dtype", "elements", "elements_per_s"});
-      OptimizerPoint pt;
-      pt.moment_dtype = r.text(o, key, "moment_dtype");
-      if (kMomentDtypes.count(pt.moment_dtype) == 0) {
-        r.fail(key + ".moment_dtype", o.at("moment_dtype"), "expected f32, bf16 or int8");
-      }
-      pt.elements = r.count(o, key, "elements", 1);
-      pt.per_s = r.number(o, key, "elements_per_s", 0, true);
-      p.optimizer_points.push_back(pt);
-    }
-  }
-  const json& nv = r.object(r.member(j, "", "nvme"), "nvme",
-                            {"path", "request_bytes", "read_bytes_per_s", "write_bytes_per_s"});
-  p.nvme_path = r.text(nv, "nvme", "path");
-  p.nvme_request_bytes = r.count(nv, "nvme", "request_bytes", 0);
-  p.nvme_read_bytes_per_s = r.number(nv, "nvme", "read_bytes_per_s", 0);
-  p.nvme_write_bytes_per_s = r.number(nv, "nvme", "write_bytes_per_s", 0);
-  if ((p.nvme_read_bytes_per_s > 0) != (p.nvme_write_bytes_per_s > 0)) {
-    r.fail("nvme.read_bytes_per_s", nv.at("read_bytes_per_s"),
-           "read and write are measured together: both > 0, or both 0 (not measured)");
-  }
-  // The collective points at `at`.`name` of `in`.
-  auto points = [&](const json& in, const std::string& at, const std::string& name,
-                    std::vector<CollectivePoint>& into) {
-    const std::string path = Reader::join(at, name);
-    const json& cols = r.member(in, at, name);
-    if (!cols.is_array()) r.fail(path, cols, "expected an array");
-    for (std::size_t k = 0; k < cols.size(); ++k) {
-      const std::string key = path + "[" + std::to_string(k) + "]";
-      const json& c = r.object(cols[k], key, {"op", "ranks", "bytes", "seconds"});
-      CollectivePoint pt;
-      pt.op = r.text(c, key, "op");
-      if (kOps.count(pt.op) == 0) {
-        r.fail(key + ".op", c.at("op"), "expected all_reduce, reduce_scatter or all_gather");
-      }
-      pt.ranks = static_cast<int>(r.count(c, key, "ranks", 2));
-      pt.bytes = r.count(c, key, "bytes", 1);
-      pt.seconds = r.number(c, key, "seconds", 0, true);
-      into.push_back(pt);
-    }
-  };
-  points(j, "", "collectives", p.collectives);
+  read_optimizer(r, j, p);
+  read_nvme(r, j, p);
+  read_points(r, j, "", "collectives", p.collectives);
   // optional: a cluster's figures across nodes
   if (j.contains("network_collectives")) {
-    points(j, "", "network_collectives", p.network_collectives);
+    read_points(r, j, "", "network_collectives", p.network_collectives);
   }
-  if (j.contains("cuda")) {  // optional: a machine without a CUDA device has none
-    const json& cu = r.object(j.at("cuda"), "cuda",
-                              {"device", "devices", "hbm_copy_bytes_per_s",
-                               "host_to_device_bytes_per_s", "device_to_host_bytes_per_s", "nccl"});
-    p.cuda.device = r.text(cu, "cuda", "device");
-    p.cuda.devices = static_cast<int>(r.count(cu, "cuda", "devices", 1));
-    p.cuda.hbm_copy_bytes_per_s = r.number(cu, "cuda", "hbm_copy_bytes_per_s", 0, true);
-    p.cuda.host_to_device_bytes_per_s = r.number(cu, "cuda", "host_to_device_bytes_per_s", 0, true);
-    p.cuda.device_to_host_bytes_per_s = r.number(cu, "cuda", "device_to_host_bytes_per_s", 0, true);
-    std::vector<CollectivePoint> nccl;
-    points(cu, "cuda", "nccl", nccl);
-    for (std::size_t k = 0; k < nccl.size(); ++k) {
-      if (nccl[k].ranks > p.cuda.devices) {
-        r.fail("cuda.nccl[" + std::to_string(k) + "].ranks", cu.at("nccl")[k].at("ranks"),
-               "more ranks than cuda.devices = " + std::to_string(p.cuda.devices) +
-                   " (one GPU per rank)");
-      }
-    }
-    p.cuda.nccl = std::move(nccl);
-  }
+  read_cuda(r, j, p);
   const json& tr = r.object(r.member(j, "", "trainer"), "trainer", {"what", "flops_per_s"});
   p.trainer = r.text(tr, "trainer", "what");
   p.trainer_flops_per_s = r.number(tr, "trainer", "flops_per_s", 0);
