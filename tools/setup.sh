@@ -12,6 +12,11 @@ ZERO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ZERO_CACHE="${ZERO_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-$ZERO_ROOT}/.cache}/zero}"
 export CCACHE_DIR="${CCACHE_DIR:-$ZERO_CACHE/ccache}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ZERO_ROOT}"
+# -g puts the compile's directory into each object, and ccache then hashes it too, so two
+# checkouts of one commit (a clone, a worktree) shared 6 of 927 objects; without it they share
+# every object whose source and flags match (a hit's debug info names the other checkout's build
+# directory; the sources' paths are relative to it either way). tools/fuzz set it already.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 ZERO_PACKAGES=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev libtbb-dev
                libopenmpi-dev openmpi-bin nlohmann-json3-dev liburing-dev
                libxxhash-dev pkg-config libcli11-dev)
