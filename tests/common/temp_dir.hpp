@@ -45,9 +45,20 @@ inline bool keep_test_tmp() {
   return v != nullptr && *v != '\0' && std::string(v) != "0";
 }
 
+// `s` with every character a file name should not hold ('/' of parameterized tests above all,
+// spaces) made '_', cut to `max` characters.
+inline std::string file_name_part(std::string s, std::size_t max) {
+  for (char& ch : s) {
+    const bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                       (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_';
+    if (!plain) ch = '_';
+  }
+  if (s.size() > max) s.resize(max);
+  return s;
+}
+
 // The running GoogleTest test as "Suite.Test" (in a suite's SetUpTestSuite: "Suite"; outside
-// any: "test"), with every character a file name should not hold ('/' of parameterized tests
-// above all) made '_'.
+// any: "test"), made a file name.
 inline std::string test_dir_name() {
   std::string name = "test";
   const ::testing::UnitTest* unit = ::testing::UnitTest::GetInstance();
@@ -56,14 +67,8 @@ inline std::string test_dir_name() {
   } else if (const ::testing::TestSuite* s = unit->current_test_suite()) {
     name = s->name();
   }
-  for (char& ch : name) {
-    const bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                       (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_';
-    if (!plain) ch = '_';
-  }
-  // Room under NAME_MAX for the prefix, a tag and mkdtemp's suffix.
-  if (name.size() > 120) name.resize(120);
-  return name;
+  // Room under NAME_MAX (255) for the prefix, a tag and mkdtemp's suffix.
+  return file_name_part(name, 120);
 }
 
 class TempDir {
@@ -73,7 +78,8 @@ class TempDir {
   explicit TempDir(const std::string& tag = "") {
     const char* base = std::getenv("TMPDIR");
     std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/zero-" +
-                       test_dir_name() + (tag.empty() ? "" : "-" + tag) + "-XXXXXX";
+                       test_dir_name() + (tag.empty() ? "" : "-" + file_name_part(tag, 100)) +
+                       "-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) {
       ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
       return;
