@@ -20,10 +20,8 @@ using testing::RankRun;
 using testing::Resumed;
 using testing::RunSpec;
 
-Communicator& world() { return testing::mpi_world(); }
-
 TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
-  Communicator& c = world();
+  Communicator& c = testing::mpi_world();
   const int k = 5;
   struct Case {
     int stage;
