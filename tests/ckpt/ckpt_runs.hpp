@@ -16,9 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/compare.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/ckpt/ckpt.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
@@ -36,21 +37,6 @@ template <typename T, typename F>
 T on_ranks(int n, F&& f) {
   return std::move(on_every_rank<T>(n, std::forward<F>(f))[0]);
 }
-
-// A fresh directory under the temporary directory, removed with the object.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag) {
-    path = std::filesystem::temp_directory_path() /
-           ("zero-ckpt-" + tag + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path.string(); }
-};
 
 constexpr int kGlobalRows = 12;  // divisible by 1, 2, 3 and 4 ranks
 

@@ -4,8 +4,6 @@
 // loads the same state at its new world size.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/ckpt_runs.hpp"
+#include "common/bitwise.hpp"
 
 namespace zero {
 namespace {
@@ -89,9 +88,8 @@ struct Saved {
 };
 
 TEST(CkptExport, ConsolidatedSafetensorsEqualTheGatheredParametersBitwise) {
-  const fs::path root =
-      fs::temp_directory_path() / ("zero-ckpt-export-" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  const testing::TempDir dir;
+  const fs::path root = dir.path();
   const RunSpec s{.stage = 3, .ranks = 3, .dtype = DType::kBF16, .clip = true};
   Saved saved;
   std::mutex mu;
@@ -134,7 +132,7 @@ TEST(CkptExport, ConsolidatedSafetensorsEqualTheGatheredParametersBitwise) {
         const std::vector<float>& want =
             dt == DType::kF32 ? saved.state.master[i] : saved.params[i];
         ASSERT_EQ(t.values.size(), want.size());
-        EXPECT_EQ(std::memcmp(t.values.data(), want.data(), want.size() * 4), 0) << name;
+        EXPECT_TRUE(testing::same_bits(t.values.data(), want.data(), want.size())) << name;
         ++i;
       }
     }
@@ -155,7 +153,6 @@ TEST(CkptExport, ConsolidatedSafetensorsEqualTheGatheredParametersBitwise) {
     EXPECT_TRUE(testing::bitwise_equal(testing::full_state(e), saved.state));
     EXPECT_TRUE(testing::bitwise_equal(testing::read_params(e), saved.params));
   });
-  fs::remove_all(root);
 }
 
 }  // namespace

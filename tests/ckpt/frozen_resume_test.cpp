@@ -1,5 +1,5 @@
 // A checkpoint of a run with frozen parameters (the LoRA-like model of
-// tests/engine/lora_training.hpp, the base frozen) saved after 2 steps and loaded into a fresh
+// tests/common/lora_training.hpp, the base frozen) saved after 2 steps and loaded into a fresh
 // engine whose base starts elsewhere: the frozen parameters come back from the checkpoint (they
 // have no master or state in memory; the checkpoint keeps their values, their state as the fresh
 // zeros), and training goes on bitwise as the uninterrupted run at the same world size and
@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "ckpt/ckpt_runs.hpp"
-#include "engine/lora_training.hpp"
+#include "common/bitwise.hpp"
+#include "common/lora_training.hpp"
 #include "zero/ckpt/ckpt.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
@@ -79,11 +80,9 @@ TEST(CkptFrozen, ResumeWithFrozenParametersBitwise) {
       const Config cfg = config_for(stage, bf16);
       TempDir dir("frozen-" + std::to_string(stage) + (bf16 ? "-bf16" : ""));
       const std::vector<float> want = uninterrupted(kN, cfg, 2);
-      const std::vector<float> got = resumed(kN, cfg, kN, cfg, dir.str(), 2);
+      const std::vector<float> got = resumed(kN, cfg, kN, cfg, dir.path(), 2);
       ASSERT_EQ(got.size(), want.size()) << what;
-      std::size_t bad = 0;
-      for (std::size_t j = 0; j < got.size(); ++j)
-        bad += std::memcmp(&got[j], &want[j], sizeof(float)) != 0 ? 1 : 0;
+      const std::size_t bad = testing::bits_differing(got.data(), want.data(), got.size());
       EXPECT_EQ(bad, 0u) << what << ": resumed run differs from the uninterrupted one";
     }
   }
@@ -96,7 +95,7 @@ TEST(CkptFrozen, ResumeAtAnotherWorldSizeAndStage) {
   const std::vector<float> init = initial_params(total_params(units));
   for (int after : {0, 2}) {
     TempDir dir("frozen-reshard-" + std::to_string(after));
-    const std::vector<float> got = resumed(4, saved, 3, resume, dir.str(), after);
+    const std::vector<float> got = resumed(4, saved, 3, resume, dir.path(), after);
     ASSERT_EQ(got.size(), want.size());
     for_each_param(units, [&](UnitId u, int i, std::size_t at, std::size_t n) {
       const UnitSpec& us = units[static_cast<std::size_t>(u)];

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ckpt/ckpt_runs.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace zero {
 namespace {
@@ -39,10 +39,10 @@ TEST(CkptHybrid, ResumedRunIsBitwiseTheUninterruptedOneOnEveryRank) {
         const std::vector<RankRun> straight = on_every_rank<RankRun>(
             4, [&](Communicator& c) { return testing::run_straight(c, s, 2 * kHalf); });
         const std::vector<FullState> saved = on_every_rank<FullState>(4, [&](Communicator& c) {
-          return testing::run_and_save(c, s, kHalf, dir.str(), async);
+          return testing::run_and_save(c, s, kHalf, dir.path(), async);
         });
         const std::vector<Resumed> resumed = on_every_rank<Resumed>(
-            4, [&](Communicator& c) { return testing::run_resumed(c, s, 2 * kHalf, dir.str()); });
+            4, [&](Communicator& c) { return testing::run_resumed(c, s, 2 * kHalf, dir.path()); });
         for (int r = 0; r < 4; ++r) {
           const auto k = static_cast<std::size_t>(r);
           EXPECT_EQ(resumed[k].info.saved_world_size, 2) << what;  // one group's files
@@ -54,7 +54,7 @@ TEST(CkptHybrid, ResumedRunIsBitwiseTheUninterruptedOneOnEveryRank) {
         }
         // Only the first group's ranks wrote data files.
         int files = 0;
-        for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path)) {
+        for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
           const std::string n = entry.path().filename().string();
           files += n.rfind("rank-", 0) == 0 && n.find(".bin") != std::string::npos ? 1 : 0;
         }
@@ -73,10 +73,11 @@ TEST(CkptHybrid, LoadsIntoFlatShardingAndBack) {
     const RunSpec& a = from_hybrid ? hybrid : flat;
     const RunSpec& b = from_hybrid ? flat : hybrid;
     const std::vector<FullState> saved = on_every_rank<FullState>(a.ranks, [&](Communicator& c) {
-      return testing::run_and_save(c, a, kHalf, dir.str(), false);
+      return testing::run_and_save(c, a, kHalf, dir.path(), false);
     });
-    const std::vector<Resumed> resumed = on_every_rank<Resumed>(
-        b.ranks, [&](Communicator& c) { return testing::run_resumed(c, b, 2 * kHalf, dir.str()); });
+    const std::vector<Resumed> resumed = on_every_rank<Resumed>(b.ranks, [&](Communicator& c) {
+      return testing::run_resumed(c, b, 2 * kHalf, dir.path());
+    });
     for (const Resumed& r : resumed) {
       EXPECT_EQ(r.info.saved_world_size, 2);
       // The same global batch over 2 ranks or 2 groups of 2: the full state at the save is that
@@ -90,7 +91,7 @@ TEST(CkptHybrid, LoadsIntoFlatShardingAndBack) {
 TEST(CkptHybrid, AFailedWriteFailsEveryRankOfEveryGroup) {
   TempDir dir("hybrid-fail");
   // A file where the checkpoint directory should be: the first group cannot write.
-  std::ofstream(dir.str() + "/blocked") << "x";
+  std::ofstream(dir.path() + "/blocked") << "x";
   RunSpec s{.stage = 2, .ranks = 4};
   s.hybrid = 2;
   const std::vector<int> failed = on_every_rank<int>(4, [&](Communicator& c) {
@@ -99,7 +100,7 @@ TEST(CkptHybrid, AFailedWriteFailsEveryRankOfEveryGroup) {
     mlp.declare(e);
     mlp.init(e, 1);
     testing::train_steps(e, mlp, 0, 1, 1);
-    ckpt::Saver saver(e, {.dir = dir.str() + "/blocked/ckpt"});
+    ckpt::Saver saver(e, {.dir = dir.path() + "/blocked/ckpt"});
     try {
       saver.save("t");
     } catch (const Error& err) {

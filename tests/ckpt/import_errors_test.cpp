@@ -7,7 +7,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/import_files.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace zero {
 namespace {
@@ -50,7 +50,7 @@ void expect_import_error(const std::string& src, ErrorCode code,
 class ImportErrors : public ::testing::Test {
  protected:
   testing::TempDir dir_{"import-errors"};
-  std::string path(const std::string& name) const { return dir_.str() + "/" + name; }
+  std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
 };
 
 TEST_F(ImportErrors, MissingTensorNamesTheParameter) {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/compare.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/engine/engine.hpp"
 

@@ -26,7 +26,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/import_files.hpp"
-#include "run_command.hpp"
+#include "common/run_command.hpp"
 
 namespace zero {
 namespace {
@@ -106,7 +106,7 @@ TEST(ImportMemory, PeakRssBelowTwiceTheLargestTensorPlusTheShards) {
         v[i] = static_cast<float>((i * 7 + k) % 1000) * 1e-3f;
       ts.push_back({"t" + std::to_string(k) + ".w", testing::encode(v, {kRows, kCols}, dt)});
     }
-    testing::write_st(dir.str() + "/" + std::string(to_string(dt)) + ".safetensors", ts);
+    testing::write_st(dir.path() + "/" + std::string(to_string(dt)) + ".safetensors", ts);
   }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   // (file, stage, ranks, working dtype): every rank reading whole units; 4 ranks of shards.
@@ -115,7 +115,7 @@ TEST(ImportMemory, PeakRssBelowTwiceTheLargestTensorPlusTheShards) {
     std::string f, rest;
     a >> f;
     std::getline(a, rest);
-    const std::string arg = dir.str() + "/" + f + ".safetensors" + rest;
+    const std::string arg = dir.path() + "/" + f + ".safetensors" + rest;
     const testing::CmdResult r = testing::run_command("ZERO_IMPORT_RSS='" + arg + "' " + self +
                                                       " --gtest_filter=ImportMemory.Child");
     EXPECT_EQ(r.status, 0) << r.out;

@@ -12,8 +12,8 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/import_files.hpp"
-#include "expect_error.hpp"
-#include "run_command.hpp"
+#include "common/expect_error.hpp"
+#include "common/run_command.hpp"
 
 namespace zero {
 namespace {
@@ -64,8 +64,8 @@ class ImportPython : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir("import-py");
     const std::string cmd = python() + " " + ZERO_SOURCE_DIR + "/tests/ckpt/write_safetensors.py " +
-                            dir_->str() + " '" + testing::model_spec_json(testing::import_model()) +
-                            "'";
+                            dir_->path() + " '" +
+                            testing::model_spec_json(testing::import_model()) + "'";
     const testing::CmdResult r = testing::run_command(cmd);
     ok_ = r.status == 0;
     out_ = cmd + "\n" + r.out;
@@ -86,7 +86,7 @@ class ImportPython : public ::testing::Test {
 
 TEST_F(ImportPython, EveryFileDtypeWorkingDtypeStageAndWorldSizeBitwise) {
   const std::vector<UnitSpec> units = testing::import_model();
-  const std::string d = dir_->str();
+  const std::string d = dir_->path();
   // The sharded set mixes F32 / BF16 / F16 (tensor k: k % 3); it is opened by its directory
   // and by its index.
   const std::vector<std::pair<std::string, std::string>> sources = {
@@ -119,7 +119,7 @@ TEST_F(ImportPython, EveryFileDtypeWorkingDtypeStageAndWorldSizeBitwise) {
 
 TEST_F(ImportPython, RenamePrefixesAndFunctionAndUnusedTensors) {
   const std::vector<UnitSpec> units = testing::import_model();
-  const std::string f32 = dir_->str() + "/single-F32.safetensors";
+  const std::string f32 = dir_->path() + "/single-F32.safetensors";
   const Tensors file = testing::file_values(testing::read_st_f32(f32), units);
   // The engine's model under other names: "enc.*" for "embed.*", "blk0.*" for "block0.*".
   std::vector<UnitSpec> renamed = units;
@@ -161,10 +161,10 @@ TEST_F(ImportPython, RenamePrefixesAndFunctionAndUnusedTensors) {
 TEST(ImportConsolidated, AtAnotherWorldSizeBitwise) {
   testing::TempDir root("import-consolidated");
   const testing::RunSpec s{.stage = 2, .ranks = 2, .dtype = DType::kBF16};
-  const testing::RankRun saved = testing::train_and_save(s, 4, root.str());
+  const testing::RankRun saved = testing::train_and_save(s, 4, root.path());
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    const std::string file = root.str() + "/model-" + std::string(to_string(dt)) + ".safetensors";
-    ckpt::consolidate(root.str(), file, dt);
+    const std::string file = root.path() + "/model-" + std::string(to_string(dt)) + ".safetensors";
+    ckpt::consolidate(root.path(), file, dt);
     const Tensors& want_master = dt == DType::kF32 ? saved.state.master : saved.params;
     for (const auto& [n, stage] : {std::pair{1, 0}, {3, 3}, {4, 1}}) {
       testing::RunSpec t = s;
@@ -182,16 +182,16 @@ TEST(ImportConsolidated, AtAnotherWorldSizeBitwise) {
   }
   // zero-ckpt import's path: the F32 file as a step-0 checkpoint for 3 ranks of the saved
   // run's model and config, then loaded as a run would.
-  const std::string f32 = root.str() + "/model-f32.safetensors";
-  const std::string out = root.str() + "/imported";
+  const std::string f32 = root.path() + "/model-f32.safetensors";
+  const std::string out = root.path() + "/imported";
 #ifdef ZERO_CKPT_BIN
   const testing::CmdResult r =
-      testing::run_command(std::string(ZERO_CKPT_BIN) + " import " + f32 + " --like " + root.str() +
-                           " --out " + out + " --world-size 3");
+      testing::run_command(std::string(ZERO_CKPT_BIN) + " import " + f32 + " --like " +
+                           root.path() + " --out " + out + " --world-size 3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("step-0"), std::string::npos) << r.out;
 #else
-  ckpt::import_checkpoint(f32, root.str(), 3, out);
+  ckpt::import_checkpoint(f32, root.path(), 3, out);
 #endif
   testing::RunSpec t = s;
   t.ranks = 3;

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "ckpt/ckpt_runs.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace zero {
 namespace {
@@ -57,7 +57,7 @@ std::vector<std::string> files_of(const std::string& dir) {
 
 TEST(CkptIntegrity, EveryFlippedByteTruncationAndDeletionIsAnErrorNamingTheFile) {
   TempDir root("damage");
-  const std::string dir = make_checkpoint(root.str());
+  const std::string dir = make_checkpoint(root.path());
   const std::vector<std::string> files = files_of(dir);
   // manifest.json, manifest.json.xxh3, rank-00000.bin, rank-00001.bin, trainer.bin
   ASSERT_EQ(files.size(), 5u);
@@ -65,7 +65,7 @@ TEST(CkptIntegrity, EveryFlippedByteTruncationAndDeletionIsAnErrorNamingTheFile)
   int cases = 0;
   for (const std::string& f : files) {
     const std::string path = dir + "/" + f;
-    const std::string backup = root.str() + "/backup";
+    const std::string backup = root.path() + "/backup";
     fs::copy_file(path, backup, fs::copy_options::overwrite_existing);
     const auto size = static_cast<std::size_t>(fs::file_size(path));
     // Three flipped bytes at random offsets (one at a time), a truncation, a deletion.
@@ -80,76 +80,76 @@ TEST(CkptIntegrity, EveryFlippedByteTruncationAndDeletionIsAnErrorNamingTheFile)
         io.seekp(static_cast<std::streamoff>(at));
         io.write(&c, 1);
       }
-      expect_load_fails(root.str(), ErrorCode::kCorruption, f,
+      expect_load_fails(root.path(), ErrorCode::kCorruption, f,
                         f + ": byte " + std::to_string(at) + " flipped");
       fs::copy_file(backup, path, fs::copy_options::overwrite_existing);
       ++cases;
     }
     fs::resize_file(path, size - 1);
-    expect_load_fails(root.str(), ErrorCode::kCorruption, f, f + " truncated");
+    expect_load_fails(root.path(), ErrorCode::kCorruption, f, f + " truncated");
     fs::copy_file(backup, path, fs::copy_options::overwrite_existing);
     fs::remove(path);
-    expect_load_fails(root.str(), ErrorCode::kIO, f, f + " deleted");
+    expect_load_fails(root.path(), ErrorCode::kIO, f, f + " deleted");
     fs::copy_file(backup, path, fs::copy_options::overwrite_existing);
     cases += 2;
   }
   std::printf("%d damaged checkpoints, each refused naming the file\n", cases);
   // Restored: it loads.
-  ThreadGroup::run(2, [&](Communicator& c) { testing::run_resumed(c, kSpec, 6, root.str()); });
+  ThreadGroup::run(2, [&](Communicator& c) { testing::run_resumed(c, kSpec, 6, root.path()); });
 }
 
 TEST(CkptIntegrity, ADamagedLatestPointerNamesIt) {
   TempDir root("latest");
-  make_checkpoint(root.str());
-  std::ofstream(root.str() + "/latest") << "step-999\n";
-  expect_load_fails(root.str(), ErrorCode::kIO, "latest", "latest names a missing checkpoint");
-  fs::remove(root.str() + "/latest");
-  expect_load_fails(root.str(), ErrorCode::kIO, root.str(), "no latest");
+  make_checkpoint(root.path());
+  std::ofstream(root.path() + "/latest") << "step-999\n";
+  expect_load_fails(root.path(), ErrorCode::kIO, "latest", "latest names a missing checkpoint");
+  fs::remove(root.path() + "/latest");
+  expect_load_fails(root.path(), ErrorCode::kIO, root.path(), "no latest");
 }
 
 TEST(CkptIntegrity, AnotherModelNamesTheFirstDifferingParameter) {
   TempDir root("model");
-  make_checkpoint(root.str());
+  make_checkpoint(root.path());
   ThreadGroup::run(2, [&](Communicator& c) {
     Engine e(c, testing::make_config(kSpec));
     const testing::Mlp other({5, 11, 23, 7});  // layer1.W is 23 x 11, layer1.b 23
     other.declare(e);
-    testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kConfig,
+    testing::expect_error([&] { ckpt::load(e, root.path()); }, ErrorCode::kConfig,
                           "'layer1.W' [22, 11], the engine 'layer1.W' [23, 11]");
   });
   ThreadGroup::run(2, [&](Communicator& c) {
     Engine e(c, testing::make_config(kSpec));
     const testing::Mlp fewer({5, 11, 22});
     fewer.declare(e);
-    testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kConfig,
+    testing::expect_error([&] { ckpt::load(e, root.path()); }, ErrorCode::kConfig,
                           "the checkpoint has 3 units, the engine 2 (first unmatched: 'layer2')");
   });
 }
 
 TEST(CkptIntegrity, AnotherOptimizerIsAnErrorNamingBoth) {
   TempDir root("optimizer");
-  make_checkpoint(root.str());
+  make_checkpoint(root.path());
   ThreadGroup::run(2, [&](Communicator& c) {
     Config cfg = testing::make_config(kSpec);
     cfg.optimizer.type = "Lion";
     Engine e(c, cfg);
     const testing::Mlp mlp(testing::kDims);
     mlp.declare(e);
-    testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kConfig,
+    testing::expect_error([&] { ckpt::load(e, root.path()); }, ErrorCode::kConfig,
                           "the checkpoint's optimizer is AdamW, the engine's Lion");
   });
 }
 
 TEST(CkptIntegrity, LoadIntoAnEngineThatHasTrainedIsRefused) {
   TempDir root("trained");
-  make_checkpoint(root.str());
+  make_checkpoint(root.path());
   ThreadGroup::run(2, [&](Communicator& c) {
     Engine e(c, testing::make_config(kSpec));
     const testing::Mlp mlp(testing::kDims);
     mlp.declare(e);
     mlp.init(e, 1);
     testing::train_steps(e, mlp, 0, 1, 1);
-    testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kInvalidArgument,
+    testing::expect_error([&] { ckpt::load(e, root.path()); }, ErrorCode::kInvalidArgument,
                           "load a checkpoint into a fresh engine");
   });
 }
@@ -165,7 +165,7 @@ TEST(CkptIntegrity, SaveInsideAnAccumulationWindowIsRefused) {
     mlp.init(e, 1);
     mlp.micro_step(e, testing::global_slice(mlp, 0, 0, c.rank(), c.size()));
     e.step();
-    ckpt::Saver saver(e, {.dir = root.str()});
+    ckpt::Saver saver(e, {.dir = root.path()});
     testing::expect_error([&] { saver.save(); }, ErrorCode::kInvalidArgument,
                           "1 micro-step(s) into an accumulation window");
   });
@@ -178,16 +178,16 @@ TEST(CkptIntegrity, KeepsTheNewestKAndLatestNamesTheNewest) {
     const testing::Mlp mlp(testing::kDims);
     mlp.declare(e);
     mlp.init(e, 1);
-    ckpt::Saver saver(e, {.dir = root.str(), .keep = 2, .async = true});
+    ckpt::Saver saver(e, {.dir = root.path(), .keep = 2, .async = true});
     for (int s = 0; s < 5; ++s) {
       testing::train_steps(e, mlp, s, s + 1, 1);
       saver.save("at " + std::to_string(s + 1));
     }
     saver.wait();
   });
-  EXPECT_EQ(files_of(root.str()), (std::vector<std::string>{"latest", "step-4", "step-5"}));
-  EXPECT_EQ(ckpt::resolve(root.str()), root.str() + "/step-5");
-  const std::vector<std::string> lines = ckpt::inspect(root.str());
+  EXPECT_EQ(files_of(root.path()), (std::vector<std::string>{"latest", "step-4", "step-5"}));
+  EXPECT_EQ(ckpt::resolve(root.path()), root.path() + "/step-5");
+  const std::vector<std::string> lines = ckpt::inspect(root.path());
   EXPECT_NE(lines.back().find("every checksum verified"), std::string::npos);
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/temp_dir.hpp"
 #include "zero/ckpt/ckpt.hpp"
 
 #ifndef ZERO_TRAIN_BIN
@@ -56,9 +57,9 @@ bool saving(const std::string& root) {
 }
 
 TEST(CkptKill, SigkillDuringSavesAlwaysLeavesTheLatestCheckpointLoadable) {
-  const fs::path root =
-      fs::temp_directory_path() / ("zero-ckpt-kill-" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  // Removed at the end whatever the kills left in it (.tmp- directories of interrupted saves).
+  const testing::TempDir dir;
+  const fs::path root = dir.path();
   std::vector<std::string> base = {ZERO_TRAIN_BIN,
                                    "--layers",
                                    "1",
@@ -136,7 +137,6 @@ TEST(CkptKill, SigkillDuringSavesAlwaysLeavesTheLatestCheckpointLoadable) {
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(latest_step(root.string()), last + 2);
-  fs::remove_all(root);
 }
 
 }  // namespace

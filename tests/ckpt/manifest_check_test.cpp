@@ -16,7 +16,8 @@
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/file_io.hpp"
 #include "ckpt/manifest.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
 
 namespace zero {
 namespace {
@@ -34,13 +35,6 @@ const RunSpec kSpec{
 std::string make_checkpoint(const std::string& root) {
   ThreadGroup::run(2, [&](Communicator& c) { testing::run_and_save(c, kSpec, 4, root, false); });
   return ckpt::resolve(root);
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // Writes `m` as dir's manifest with its checksum recomputed, as the save writes them.
@@ -150,8 +144,8 @@ const std::map<std::string, std::vector<Forgery>>& forgeries() {
 
 TEST(CkptManifestCheck, EveryFieldTheWriterWritesIsRefusedOutOfRangeNamingIt) {
   TempDir root("manifest-check");
-  const std::string dir = make_checkpoint(root.str());
-  const std::string saved_text = read_text(dir + "/" + ckpt::detail::kManifest);
+  const std::string dir = make_checkpoint(root.path());
+  const std::string saved_text = testing::read_file(dir + "/" + ckpt::detail::kManifest);
   const json saved = json::parse(saved_text);
   std::map<std::string, json::json_pointer> fields;
   leaves(saved, "", json::json_pointer(), fields);
@@ -183,7 +177,7 @@ TEST(CkptManifestCheck, EveryFieldTheWriterWritesIsRefusedOutOfRangeNamingIt) {
   }
   // Restored, the manifest is read again.
   write_forged(dir, saved);
-  EXPECT_EQ(read_text(dir + "/" + ckpt::detail::kManifest), saved_text);
+  EXPECT_EQ(testing::read_file(dir + "/" + ckpt::detail::kManifest), saved_text);
   EXPECT_NO_THROW(ckpt::detail::read_manifest(dir));
   std::printf("%zu manifest fields, %d forged values, each refused naming the field\n",
               fields.size(), refused);
@@ -192,8 +186,8 @@ TEST(CkptManifestCheck, EveryFieldTheWriterWritesIsRefusedOutOfRangeNamingIt) {
 // The cases through the user's calls: load on every rank, consolidate.
 TEST(CkptManifestCheck, ForgedManifestsAreRefusedByLoadAndConsolidateNamingTheField) {
   TempDir root("manifest-forged");
-  const std::string dir = make_checkpoint(root.str());
-  const json saved = json::parse(read_text(dir + "/" + ckpt::detail::kManifest));
+  const std::string dir = make_checkpoint(root.path());
+  const json saved = json::parse(testing::read_file(dir + "/" + ckpt::detail::kManifest));
   struct Case {
     std::string pointer;
     json value;
@@ -212,24 +206,24 @@ TEST(CkptManifestCheck, ForgedManifestsAreRefusedByLoadAndConsolidateNamingTheFi
     write_forged(dir, forged);
     ThreadGroup::run(2, [&](Communicator& comm) {
       testing::MlpEngine e(comm, testing::make_config(kSpec), 7);
-      testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kCorruption, c.needle);
+      testing::expect_error([&] { ckpt::load(e, root.path()); }, ErrorCode::kCorruption, c.needle);
       EXPECT_EQ(e.training_state().steps, 0);
     });
   }
-  const std::string out = root.str() + "/out.safetensors";
+  const std::string out = root.path() + "/out.safetensors";
   json no_files = saved;
   no_files["files"] = json::array();
   write_forged(dir, no_files);
-  testing::expect_error([&] { ckpt::consolidate(root.str(), out, DType::kF32); },
+  testing::expect_error([&] { ckpt::consolidate(root.path(), out, DType::kF32); },
                         ErrorCode::kCorruption, "key 'files' is empty");
   json negative = saved;
   negative["training"]["steps"] = -3;
   write_forged(dir, negative);
-  testing::expect_error([&] { ckpt::consolidate(root.str(), out, DType::kF32); },
+  testing::expect_error([&] { ckpt::consolidate(root.path(), out, DType::kF32); },
                         ErrorCode::kCorruption, "key 'training.steps' is -3");
   EXPECT_FALSE(fs::exists(out));
   write_forged(dir, saved);
-  EXPECT_GT(ckpt::consolidate(root.str(), out, DType::kF32), 0u);
+  EXPECT_GT(ckpt::consolidate(root.path(), out, DType::kF32), 0u);
 }
 
 }  // namespace

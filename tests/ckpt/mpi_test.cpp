@@ -4,13 +4,11 @@
 // the processes wrote load in-process at another world size with the same state.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <mutex>
 
 #include "ckpt/ckpt_runs.hpp"
-#include "mpi_world.hpp"
+#include "common/mpi_world.hpp"
 #include "zero/config/comm_config.hpp"
 
 namespace zero {
@@ -22,19 +20,8 @@ using testing::RankRun;
 using testing::Resumed;
 using testing::RunSpec;
 
-Communicator& world() { return testing::mpi_world(); }
-
-// One directory for all processes: rank 0's pid, broadcast.
-std::string shared_dir(Communicator& c, const std::string& tag) {
-  float pid = c.rank() == 0 ? static_cast<float>(::getpid()) : 0.0f;
-  c.broadcast(&pid, &pid, 1, DType::kF32, 0);
-  return (fs::temp_directory_path() /
-          ("zero-ckpt-mpi-" + tag + "-" + std::to_string(static_cast<long>(pid))))
-      .string();
-}
-
 TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
-  Communicator& c = world();
+  Communicator& c = testing::mpi_world();
   const int k = 5;
   struct Case {
     int stage;
@@ -57,12 +44,11 @@ TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
   cases.push_back({2, DType::kF32, "none", "none", false, 1});
   cases.push_back({3, DType::kBF16, "none", "none", true, 1});
   for (const Case& cs : cases) {
-    const std::string dir = shared_dir(c, "s" + std::to_string(cs.stage));
-    const std::string swap = dir + "-swap";
-    if (c.rank() == 0) {
-      fs::remove_all(dir);
-      fs::create_directories(swap);
-    }
+    // One directory for all processes, removed after each case.
+    const testing::WorldTempDir root(c, "s" + std::to_string(cs.stage));
+    const std::string dir = root.path() + "/ckpt";
+    const std::string swap = root.path() + "/swap";
+    if (c.rank() == 0) fs::create_directories(swap);
     c.barrier();
     RunSpec s{.stage = cs.stage, .ranks = c.size(), .dtype = cs.dt, .clip = true};
     if (std::string(cs.offload) != "none") {
@@ -105,11 +91,6 @@ TEST(CkptMpi, ResumedRunIsBitwiseTheUninterruptedOne) {
       });
       EXPECT_TRUE(same) << what << ": loaded at 4 in-process ranks";
       std::printf("%s: resumed bitwise; loaded at 4 in-process ranks bitwise\n", what.c_str());
-    }
-    c.barrier();
-    if (c.rank() == 0) {
-      fs::remove_all(dir);
-      fs::remove_all(swap);
     }
   }
 }

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/ckpt_runs.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace zero {
 namespace {
@@ -59,18 +59,18 @@ TEST_P(SameWorldSize, ResumedRunIsBitwiseTheUninterruptedOne) {
     s.offload_buffers = 2;
     s.offload_chunk = 100;
     s.offload_device = c.offload;
-    s.nvme_path = swap.str();
+    s.nvme_path = swap.path();
   }
   s.offload_param = c.param;
   s.moment_dtype = c.moments;
-  if (c.param == "nvme") s.nvme_path = swap.str();
+  if (c.param == "nvme") s.nvme_path = swap.path();
   const RankRun straight = on_ranks<RankRun>(
       3, [&](Communicator& comm) { return testing::run_straight(comm, s, 2 * kHalf); });
   const FullState saved = on_ranks<FullState>(3, [&](Communicator& comm) {
-    return testing::run_and_save(comm, s, kHalf, dir.str(), c.async);
+    return testing::run_and_save(comm, s, kHalf, dir.path(), c.async);
   });
   const Resumed resumed = on_ranks<Resumed>(
-      3, [&](Communicator& comm) { return testing::run_resumed(comm, s, 2 * kHalf, dir.str()); });
+      3, [&](Communicator& comm) { return testing::run_resumed(comm, s, 2 * kHalf, dir.path()); });
   EXPECT_EQ(resumed.info.steps, kHalf);
   EXPECT_EQ(resumed.info.trainer_state, "data@k");
   EXPECT_TRUE(testing::bitwise_equal(resumed.loaded, saved)) << "the loaded state";
@@ -146,7 +146,7 @@ TEST_P(OtherRatio, ResumedRunIsBitwiseTheUninterruptedOne) {
       s.offload_chunk = 50;
       s.offload_device = device;
       s.offload_ratio = ratio;
-      s.nvme_path = swap.str();
+      s.nvme_path = swap.path();
     }
     return s;
   };
@@ -154,10 +154,10 @@ TEST_P(OtherRatio, ResumedRunIsBitwiseTheUninterruptedOne) {
   const RankRun straight = on_ranks<RankRun>(
       2, [&](Communicator& comm) { return testing::run_straight(comm, b, 2 * kHalf); });
   const FullState saved = on_ranks<FullState>(2, [&](Communicator& comm) {
-    return testing::run_and_save(comm, a, kHalf, dir.str(), false);
+    return testing::run_and_save(comm, a, kHalf, dir.path(), false);
   });
   const Resumed resumed = on_ranks<Resumed>(
-      2, [&](Communicator& comm) { return testing::run_resumed(comm, b, 2 * kHalf, dir.str()); });
+      2, [&](Communicator& comm) { return testing::run_resumed(comm, b, 2 * kHalf, dir.path()); });
   EXPECT_TRUE(testing::bitwise_equal(resumed.loaded, saved)) << "the loaded state";
   EXPECT_TRUE(testing::bitwise_equal(resumed.run.params, straight.params)) << "parameters at 2k";
   EXPECT_TRUE(testing::bitwise_equal(resumed.run.state, straight.state)) << "state at 2k";
@@ -206,10 +206,10 @@ TEST_P(OtherWorldSize, LoadsTheSavedStateAndContinuesTheRun) {
     const RankRun straight = on_ranks<RankRun>(
         r.from, [&](Communicator& comm) { return testing::run_straight(comm, a, 2 * kHalf); });
     const FullState saved = on_ranks<FullState>(r.from, [&](Communicator& comm) {
-      return testing::run_and_save(comm, a, kHalf, dir.str(), false);
+      return testing::run_and_save(comm, a, kHalf, dir.path(), false);
     });
     const Resumed resumed = on_ranks<Resumed>(r.to, [&](Communicator& comm) {
-      return testing::run_resumed(comm, b, 2 * kHalf, dir.str());
+      return testing::run_resumed(comm, b, 2 * kHalf, dir.path());
     });
     const std::string what = std::to_string(r.from) + " -> " + std::to_string(r.to) +
                              " ranks, stage " + std::to_string(r.stage_from) + " -> " +
@@ -256,7 +256,7 @@ TEST_P(OtherWorldSize, Int8MomentsLoadByteForByte) {
     mlp.declare(e);
     mlp.init(e, 42);
     testing::train_steps(e, mlp, 0, kHalf, 1);
-    ckpt::Saver saver(e, {.dir = dir.str()});
+    ckpt::Saver saver(e, {.dir = dir.path()});
     saver.save("x");
     return Saved{testing::full_state(e), testing::global_moments(e)};
   });
@@ -265,7 +265,7 @@ TEST_P(OtherWorldSize, Int8MomentsLoadByteForByte) {
     const testing::Mlp mlp(testing::kDims);
     mlp.declare(e);
     mlp.init(e, 7);
-    ckpt::load(e, dir.str());
+    ckpt::load(e, dir.path());
     Saved s{testing::full_state(e), testing::global_moments(e)};
     testing::train_steps(e, mlp, kHalf, kHalf + 2, 1);  // and it trains on
     return s;

@@ -7,7 +7,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/import_files.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 
 namespace zero {
 namespace {
@@ -15,7 +15,7 @@ namespace {
 TEST(WeightsOnly, AdamWStage2N4IntoLionStage3N3) {
   testing::TempDir root("weights-only");
   const testing::RunSpec s{.stage = 2, .ranks = 4, .dtype = DType::kBF16};
-  const testing::RankRun saved = testing::train_and_save(s, 5, root.str(), "data@5");
+  const testing::RankRun saved = testing::train_and_save(s, 5, root.path(), "data@5");
   ASSERT_EQ(saved.state.steps, 5);
   const Config lion = testing::import_config(3, DType::kBF16, "Lion");
   ASSERT_EQ(lion.optimizer.type, "Lion");
@@ -23,11 +23,11 @@ TEST(WeightsOnly, AdamWStage2N4IntoLionStage3N3) {
     {
       // A full load refuses another optimizer, naming both.
       testing::MlpEngine e(c, lion, std::nullopt);
-      testing::expect_error([&] { ckpt::load(e, root.str()); }, ErrorCode::kConfig,
+      testing::expect_error([&] { ckpt::load(e, root.path()); }, ErrorCode::kConfig,
                             "the checkpoint's optimizer is AdamW, the engine's Lion");
     }
     testing::MlpEngine e(c, lion, 7);
-    const ckpt::LoadResult r = ckpt::load(e, root.str(), {.weights_only = true});
+    const ckpt::LoadResult r = ckpt::load(e, root.path(), {.weights_only = true});
     EXPECT_EQ(r.steps, 0);
     EXPECT_EQ(r.saved_world_size, 4);
     EXPECT_EQ(r.saved_stage, 2);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/mlp_training.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
 

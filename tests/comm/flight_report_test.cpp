@@ -5,7 +5,6 @@
 // MPI with SIGSTOP / SIGKILL) are checked in thread_divergence_test.cpp and
 // fault/mpi_flight_test.cpp.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "comm/flight_recorder.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero::test {
@@ -49,12 +49,7 @@ FlightRecorder::Entry call(std::uint64_t seq, Collective kind, std::size_t count
 
 class FlightReport : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("zero-flight-report-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { dir_ = tmp_.path(); }
 
   void write(int rank, const std::string& phase, std::int64_t unit,
              std::vector<FlightRecorder::Entry> calls, int world = 3) {
@@ -70,6 +65,7 @@ class FlightReport : public ::testing::Test {
   }
   std::string report() const { return flight_report(dir_.string()); }
 
+  testing::TempDir tmp_;
   fs::path dir_;
 };
 

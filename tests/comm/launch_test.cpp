@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "comm/rendezvous.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero::test {
@@ -307,9 +308,8 @@ TEST(Rendezvous, TcpWithOnlyASilentListenerTimesOutNamingMasterAddrAndPort) {
 }
 
 TEST(Rendezvous, FileHandsRankZerosBlobToEveryRankAndRefusesAStaleFile) {
-  const auto path =
-      std::filesystem::temp_directory_path() / ("zero_rdv_" + std::to_string(::getpid()) + ".id");
-  std::filesystem::remove(path);
+  const testing::TempDir tmp;
+  const std::string path = tmp.file("rdv.id");
   const std::string blob(128, 'z');
   std::vector<std::string> got(3);
   std::vector<std::thread> ranks;

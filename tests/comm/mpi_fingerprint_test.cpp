@@ -9,7 +9,7 @@
 
 #include "comm/collective_checks.hpp"
 #include "comm/divergence_checks.hpp"
-#include "mpi_world.hpp"
+#include "common/mpi_world.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero::test {

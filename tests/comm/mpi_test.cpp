@@ -9,8 +9,8 @@
 
 #include "comm/collective_checks.hpp"
 #include "comm/quantized_checks.hpp"
-#include "load_slack.hpp"
-#include "mpi_world.hpp"
+#include "common/load_slack.hpp"
+#include "common/mpi_world.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero::test {

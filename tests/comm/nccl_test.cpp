@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/collective_checks.hpp"
-#include "comm/gpu_rank.hpp"
+#include "common/gpu_rank.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/device/detail/cuda_runtime.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comm/quantized_checks.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/comm/quantized_comm.hpp"
 #include "zero/device/device_ops.hpp"

@@ -14,7 +14,8 @@
 #include <tuple>
 
 #include "comm/divergence_checks.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 
 // ---- ranks that disagree (the fingerprint rule, comm/fingerprint.hpp)
@@ -74,9 +75,8 @@ namespace {
 
 TEST(ThreadFlight, TimedOutRankWritesItsRecordAndTheReportNamesTheAbsentRank) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("zero-thread-flight-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const testing::TempDir tmp;
+  const fs::path dir = tmp.file("flight");  // made by the recorder
   ThreadGroup group(2, 120);  // the collective both ranks join cannot time out on a busy machine
   auto c0 = group.communicator(0);
   auto c1 = group.communicator(1);
@@ -106,20 +106,16 @@ TEST(ThreadFlight, TimedOutRankWritesItsRecordAndTheReportNamesTheAbsentRank) {
                         "others wait for); rank 0 waits at seq 1 reduce_scatter(4 x f32, sum) "
                         "unit 3"))
       << report;
-  fs::remove_all(dir);
 }
 
 TEST(ThreadFlight, ReportRefusesAnEmptyDirectoryAndAForeignFile) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("zero-thread-flight-bad-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const testing::TempDir tmp;
+  const fs::path dir = tmp.path();
   testing::expect_error([&] { flight_report(dir.string()); }, ErrorCode::kIO, "no flight_rank");
   std::ofstream(dir / "flight_rank3.json") << "{\"rank\": 3}";
   testing::expect_error([&] { flight_report(dir.string()); }, ErrorCode::kCorruption,
                         "flight_rank3.json");
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero::test {

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "comm/collective_checks.hpp"
-#include "expect_error.hpp"
-#include "load_slack.hpp"
+#include "common/expect_error.hpp"
+#include "common/load_slack.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero::test {

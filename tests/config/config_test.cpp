@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/scoped_env.hpp"
 #include "zero/config/config.hpp"
 #include "zero/core/error.hpp"
 
@@ -20,29 +21,7 @@ namespace {
 
 const std::string kFixtures = ZERO_TEST_FIXTURES;
 
-// Sets environment variables for one scope and restores them after.
-class ScopedEnv {
- public:
-  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    for (auto [k, v] : vars) {
-      const char* old = std::getenv(k);
-      saved_.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
-      setenv(k, v, 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (auto& [k, v] : saved_) {
-      if (v) {
-        setenv(k.c_str(), v->c_str(), 1);
-      } else {
-        unsetenv(k.c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
+using testing::ScopedEnv;
 
 TEST(Config, DefaultsAreDeepSpeedsButTheBucketSizes) {
   const Config c = parse_config("{}");

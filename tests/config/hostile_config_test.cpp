@@ -25,7 +25,9 @@
 
 #include <gtest/gtest.h>
 
-#include "load_slack.hpp"
+#include "common/load_slack.hpp"
+#include "common/scoped_env.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/config/config.hpp"
 #include "zero/core/error.hpp"
 
@@ -38,17 +40,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 // A case slower than this counts as a hang: 10 s, plus what a loaded machine adds
-// (tests/load_slack.hpp).
+// (tests/common/load_slack.hpp).
 double hang_s() { return 10.0 + testing::load_slack_s(); }
 
-std::string temp_dir() {
-  static const std::string dir = [] {
-    char tmpl[] = "/tmp/zero-hostile-XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    return std::string(d != nullptr ? d : "/tmp");
-  }();
-  return dir;
-}
+// The running test's directory (the HostileConfig fixture makes one per test).
+const testing::TempDir* current_dir = nullptr;
+std::string temp_dir() { return current_dir->path(); }
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = temp_dir() + "/" + name;
@@ -66,24 +63,7 @@ std::string nested(const std::string& open, const std::string& close, int n,
   return s;
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* k, const std::string& v) : key_(k) {
-    if (const char* old = std::getenv(k)) old_ = old;
-    setenv(k, v.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(key_, old_->c_str(), 1);
-    } else {
-      unsetenv(key_);
-    }
-  }
-
- private:
-  const char* key_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 // ---- the tally
 
@@ -158,9 +138,19 @@ Config env_cfg(const char* var, const std::string& value) {
 
 constexpr ErrorCode kC = ErrorCode::kConfig;
 
+// Each test's files (configs, FIFOs, zero-train's stderr) in a directory of its own, removed after.
+class HostileConfig : public ::testing::Test {
+ protected:
+  void SetUp() override { current_dir = &dir_; }
+  void TearDown() override { current_dir = nullptr; }
+
+ private:
+  testing::TempDir dir_;
+};
+
 // ---- numbers
 
-TEST(HostileConfig, Numbers) {
+TEST_F(HostileConfig, Numbers) {
   Tally& t = tally();
   t.refuse("1e400", kC, {"t.json", "byte", "zero_optimization.stage", "does not fit a double"},
            [] { json_cfg(R"({"zero_optimization": {"stage": 1e400}})"); });
@@ -227,7 +217,7 @@ TEST(HostileConfig, Numbers) {
 
 // ---- nesting
 
-TEST(HostileConfig, Nesting) {
+TEST_F(HostileConfig, Nesting) {
   Tally& t = tally();
   for (int n : {100, 100'000, 1'000'000}) {
     t.refuse("arrays " + std::to_string(n) + " under a known key", kC,
@@ -261,7 +251,7 @@ TEST(HostileConfig, Nesting) {
 
 // ---- long keys and strings
 
-TEST(HostileConfig, LongKeysAndStrings) {
+TEST_F(HostileConfig, LongKeysAndStrings) {
   Tally& t = tally();
   const auto t0 = Clock::now();
   t.refuse("50 MB key", kC, {"more than the 16 MiB"},
@@ -296,7 +286,7 @@ TEST(HostileConfig, LongKeysAndStrings) {
 
 // ---- UTF-8
 
-TEST(HostileConfig, Utf8) {
+TEST_F(HostileConfig, Utf8) {
   Tally& t = tally();
   t.refuse("\\xff in a file's string", kC, {"bad.json", "not valid JSON at byte", "nvme_path"}, [] {
     file_cfg("bad.json",
@@ -333,7 +323,7 @@ TEST(HostileConfig, Utf8) {
 
 // ---- duplicates, files, shapes
 
-TEST(HostileConfig, DuplicatesFilesAndShapes) {
+TEST_F(HostileConfig, DuplicatesFilesAndShapes) {
   Tally& t = tally();
   t.refuse("duplicate top-level key", kC, {"t.json", "'gradient_clipping'", "twice"},
            [] { json_cfg(R"({"gradient_clipping": 1, "gradient_clipping": 2})"); });
@@ -380,7 +370,7 @@ TEST(HostileConfig, DuplicatesFilesAndShapes) {
 
 // ---- types, unknown keys, batch sizes
 
-TEST(HostileConfig, TypesUnknownKeysAndBatch) {
+TEST_F(HostileConfig, TypesUnknownKeysAndBatch) {
   Tally& t = tally();
   const std::pair<const char*, const char*> wrong[] = {
       {R"({"zero_optimization": {"overlap_comm": "true"}})",
@@ -442,11 +432,9 @@ TEST(HostileConfig, TypesUnknownKeysAndBatch) {
 
 // ---- random mutations of a DeepSpeed config
 
-TEST(HostileConfig, FiveThousandMutations) {
-  std::ifstream in(std::string(ZERO_TEST_FIXTURES) + "/ds_zero3_cpu_offload.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string base = ss.str();
+TEST_F(HostileConfig, FiveThousandMutations) {
+  const std::string base =
+      testing::read_file(std::string(ZERO_TEST_FIXTURES) + "/ds_zero3_cpu_offload.json");
   ASSERT_FALSE(base.empty());
   const char* inserts[] = {
       "1e400",    "-1e400", "[[[[[[[[", "\xff", "\"\\ud800\"", "\"stage\": 1, ",      "null",
@@ -540,10 +528,7 @@ RunResult run_train(const std::vector<std::string>& args, const char* env_key = 
   r.exited = WIFEXITED(st);
   r.status = r.exited ? WEXITSTATUS(st) : -1;
   r.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-  std::ifstream e(err_path, std::ios::binary);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
+  r.err = testing::read_file(err_path);
   return r;
 }
 
@@ -576,7 +561,7 @@ void expect_train_error(const std::string& name, const std::vector<std::string>&
               r.err.size());
 }
 
-TEST(HostileConfig, ZeroTrainEndToEnd) {
+TEST_F(HostileConfig, ZeroTrainEndToEnd) {
   const std::vector<std::string> tiny = {"--steps",      "12", "--layers", "1", "--dim",   "16",
                                          "--heads",      "2",  "--seq",    "8", "--batch", "2",
                                          "--eval-every", "0"};
@@ -631,7 +616,7 @@ TEST(HostileConfig, ZeroTrainEndToEnd) {
 #endif
 
 // Runs last (gtest keeps the file's order): the issue's table.
-TEST(HostileConfig, ZTally) {
+TEST_F(HostileConfig, ZTally) {
   const Tally& t = tally();
   std::printf(
       "hostile config cases: tried %d, clear errors %d, crashes %d, hangs %d, accepted %d\n",

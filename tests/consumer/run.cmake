@@ -1,10 +1,13 @@
 # Installs the built zero into a scratch prefix, then configures, builds and runs the consumer
-# project against it. Arguments: BUILD_DIR (zero's build tree), WORK_DIR (scratch), SOURCE_DIR.
-file(REMOVE_RECURSE "${WORK_DIR}")
+# project against it. Arguments: BUILD_DIR (zero's build tree), SOURCE_DIR. The prefix and the
+# consumer's build live in the test's own directory (tests/common/temp_dir.cmake), removed at the
+# end.
+include(${CMAKE_CURRENT_LIST_DIR}/../common/temp_dir.cmake)
+zero_test_temp_dir(WORK_DIR core_find_package)
 execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix"
                 RESULT_VARIABLE rc)
 if(rc)
-  message(FATAL_ERROR "cmake --install failed: ${rc}")
+  zero_test_fail("cmake --install failed: ${rc}")
 endif()
 # Only the detail headers a public header includes are installed (the others are the build's).
 file(GLOB_RECURSE installed_detail RELATIVE "${WORK_DIR}/prefix/include/zero"
@@ -12,9 +15,8 @@ file(GLOB_RECURSE installed_detail RELATIVE "${WORK_DIR}/prefix/include/zero"
 list(SORT installed_detail)
 set(expected_detail "core/detail/hd.hpp;optim/detail/moment_quant.hpp;optim/detail/optim_math.hpp")
 if(NOT installed_detail STREQUAL expected_detail)
-  message(FATAL_ERROR "installed include/zero/*/detail/ holds '${installed_detail}'; expected "
-                      "'${expected_detail}' (a private header is installed, or a public header's "
-                      "detail header is not)")
+  zero_test_fail("installed include/zero/*/detail/ holds '${installed_detail}'; expected \
+'${expected_detail}' (a private header is installed, or a public header's detail header is not)")
 endif()
 # The consumer is built the way zero was: same compiler, same global flags (a sanitizer build's
 # -fsanitize=... must reach the consumer's objects and link too, or linking the instrumented
@@ -33,13 +35,14 @@ execute_process(COMMAND "${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/bu
                         ${consumer_args}
                 RESULT_VARIABLE rc)
 if(rc)
-  message(FATAL_ERROR "configuring the consumer against the installed package failed: ${rc}")
+  zero_test_fail("configuring the consumer against the installed package failed: ${rc}")
 endif()
 execute_process(COMMAND "${CMAKE_COMMAND}" --build "${WORK_DIR}/build" RESULT_VARIABLE rc)
 if(rc)
-  message(FATAL_ERROR "building the consumer failed: ${rc}")
+  zero_test_fail("building the consumer failed: ${rc}")
 endif()
 execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc)
 if(rc)
-  message(FATAL_ERROR "the consumer failed: ${rc}")
+  zero_test_fail("the consumer failed: ${rc}")
 endif()
+zero_test_done()

@@ -15,8 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "expect_error.hpp"
-#include "trace_json.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
+#include "common/trace_json.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/core/trace.hpp"
@@ -312,8 +313,8 @@ TEST(EngineMetrics, StageThreeTagsEveryGatherAndReduceWithItsUnit) {
 }
 
 TEST(EngineTrace, WriteTraceGathersEveryRankIntoOneDocument) {
-  const std::string path = ::testing::TempDir() + "/zero_trace_test.json";
-  std::remove(path.c_str());
+  const testing::TempDir tmp;
+  const std::string path = tmp.file("trace.json");
   ThreadGroup::run(3, [&](Communicator& comm) {
     const Config cfg = parse_config(R"({"zero_optimization": {"stage": 3}, "trace": {"enabled":
         true}})");
@@ -339,11 +340,12 @@ TEST(EngineTrace, WriteTraceGathersEveryRankIntoOneDocument) {
 }
 
 TEST(EngineTrace, ErrorsNameWhatWasWrong) {
+  const testing::TempDir tmp;  // where a trace would go, were tracing on
   ThreadGroup::run(1, [&](Communicator& comm) {
     Engine off(comm, parse_config(R"({"zero_optimization": {"stage": 1}})"));
     EXPECT_EQ(off.tracer(), nullptr);
     declare(off);
-    expect_error([&] { off.write_trace("/tmp/x.json"); }, ErrorCode::kInvalidArgument,
+    expect_error([&] { off.write_trace(tmp.file("x.json")); }, ErrorCode::kInvalidArgument,
                  "tracing is off");
   });
   // An engine that fails to construct leaves no tracer (its own, destroyed) on the communicator.

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "zero/device/quantize.hpp"
 
 namespace zero {

@@ -27,8 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/mlp_model.hpp"
+#include "common/adamw_reference.hpp"
+#include "common/compare.hpp"
+#include "common/mlp_model.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"
@@ -182,40 +183,18 @@ struct Reference {
 Reference reference_run(const Config& cfg, int ranks, int accumulation) {
   const OptimizerConfig& o = cfg.optimizer;
   const double lr = o.lr, b1 = o.betas[0], b2 = o.betas[1], eps = o.eps, wd = o.weight_decay;
-  const std::vector<float> p0 = initial_params();
   Reference ref;
   ref.lr = lr;
-  std::vector<double>& p = ref.params;
-  p.assign(p0.begin(), p0.end());
-  std::vector<double> m(kNumel, 0.0), v(kNumel, 0.0);
+  testing::AdamW64State s(initial_params());
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<double> g(kNumel, 0.0);
-    for (int r = 0; r < ranks; ++r) {
-      for (int micro = 0; micro < accumulation; ++micro) {
-        const std::vector<double> gi = mean_loss_gradient(p, batch_of(step, micro, r));
-        for (std::size_t i = 0; i < kNumel; ++i) g[i] += gi[i];
-      }
-    }
-    double sum_squares = 0.0;
-    for (double& gi : g) {
-      gi /= static_cast<double>(ranks * accumulation);
-      sum_squares += gi * gi;
-    }
-    const double norm = std::sqrt(sum_squares);
-    const double coef =
-        cfg.gradient_clipping > 0.0 ? std::min(1.0, cfg.gradient_clipping / (norm + 1e-6)) : 1.0;
-    ref.norms.push_back(norm);
-    ref.clip_coefs.push_back(coef);
-    const double t = step + 1;
-    const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
-    for (std::size_t i = 0; i < kNumel; ++i) {
-      const double gi = g[i] * coef;
-      m[i] = b1 * m[i] + (1.0 - b1) * gi;
-      v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
-      p[i] -= lr * wd * p[i];
-      p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
-    }
+    const testing::MeanGradient g = testing::mean_gradient(
+        kNumel, ranks, accumulation, cfg.gradient_clipping,
+        [&](int micro, int r) { return mean_loss_gradient(s.p, batch_of(step, micro, r)); });
+    ref.norms.push_back(g.norm);
+    ref.clip_coefs.push_back(g.coef);
+    testing::adamw_step(s, g, step + 1, {lr, wd, b1, b2, eps}, testing::AdamWForm::kOptimMath);
   }
+  ref.params = s.p;
   return ref;
 }
 

@@ -28,7 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "least_squares.hpp"
+#include "common/adamw_reference.hpp"
+#include "common/least_squares.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"
@@ -62,39 +63,20 @@ struct Reference {
   std::vector<double> norms, coefs;  // per step
 };
 
-// Data-parallel AdamW in double on the mean gradient over N ranks x A micro-steps.
+// Data-parallel AdamW in double on the mean gradient over N ranks x A micro-steps
+// (tests/common/adamw_reference.hpp).
 Reference reference(int ranks, int accumulation, bool clip) {
   Reference ref;
-  const std::vector<float> init = initial_params();
-  std::vector<double> p(init.begin(), init.end()), m(p.size(), 0.0), v(p.size(), 0.0);
+  testing::AdamW64State s(initial_params());
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<double> g(p.size(), 0.0);
-    for (int r = 0; r < ranks; ++r) {
-      for (int a = 0; a < accumulation; ++a) {
-        const std::vector<double> gi = mean_loss_grad<double>(batch(step, a, r), p);
-        for (std::size_t j = 0; j < p.size(); ++j) g[j] += gi[j];
-      }
-    }
-    double sq = 0.0;
-    for (double& x : g) {
-      x /= static_cast<double>(ranks * accumulation);
-      sq += x * x;
-    }
-    const double norm = std::sqrt(sq);
-    const double coef = clip ? std::min(1.0, kMaxNorm / (norm + 1e-6)) : 1.0;
-    ref.norms.push_back(norm);
-    ref.coefs.push_back(coef);
-    const double t = step + 1;
-    const double bc1 = 1.0 - std::pow(kBeta1, t), bc2 = 1.0 - std::pow(kBeta2, t);
-    for (std::size_t j = 0; j < p.size(); ++j) {
-      const double gj = g[j] * coef;
-      m[j] = kBeta1 * m[j] + (1.0 - kBeta1) * gj;
-      v[j] = kBeta2 * v[j] + (1.0 - kBeta2) * gj * gj;
-      p[j] -= kLr * kWd * p[j];
-      p[j] -= kLr * (m[j] / bc1) / (std::sqrt(v[j] / bc2) + kEps);
-    }
+    const testing::MeanGradient g = testing::mean_gradient(
+        s.p.size(), ranks, accumulation, clip ? kMaxNorm : 0.0,
+        [&](int a, int r) { return mean_loss_grad<double>(batch(step, a, r), s.p); });
+    ref.norms.push_back(g.norm);
+    ref.coefs.push_back(g.coef);
+    testing::adamw_step(s, g, step + 1, {kLr, kWd, kBeta1, kBeta2, kEps});
   }
-  ref.params = p;
+  ref.params = s.p;
   return ref;
 }
 

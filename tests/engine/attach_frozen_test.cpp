@@ -1,5 +1,5 @@
 // Frozen ranges in attach mode (EngineOptions::attach_frozen): the LoRA-like model of
-// tests/engine/lora_training.hpp laid out in one flat buffer by a trainer, as an llm.c-style
+// tests/common/lora_training.hpp laid out in one flat buffer by a trainer, as an llm.c-style
 // trainer lays out its tensors — each unit's parameters consecutive, each unit starting on the
 // attach grid (attach_granularity(N)), the frozen base units declared as element ranges.
 //
@@ -27,8 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/lora_training.hpp"
-#include "expect_error.hpp"
+#include "common/bitwise.hpp"
+#include "common/expect_error.hpp"
+#include "common/lora_training.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"
@@ -127,7 +129,7 @@ std::vector<float> train_managed(Communicator& comm, const Config& cfg, int step
   return read_all(e, units);
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+using testing::same_bits;
 
 TEST(AttachFrozen, FrozenRangesUnchangedBufferBitwiseTheManagedFrozenRun) {
   const std::vector<UnitSpec> units = lora_units(true);
@@ -184,6 +186,7 @@ TEST(AttachFrozen, FrozenRangesUnchangedBufferBitwiseTheManagedFrozenRun) {
 // Accumulation (the engine's own R-typed accumulation of the trainable units) and the
 // optimizer offloaded to host memory and to NVMe: still bitwise the managed frozen run.
 TEST(AttachFrozen, WithAccumulationAndOffloadBitwiseTheManagedRun) {
+  const testing::TempDir swap;
   struct Case {
     int stage, accumulation;
     OffloadDevice offload;
@@ -194,7 +197,7 @@ TEST(AttachFrozen, WithAccumulationAndOffloadBitwiseTheManagedRun) {
       Config cfg = config_for(c.stage, /*bf16=*/true);
       cfg.gradient_accumulation_steps = c.accumulation;
       cfg.zero_optimization.offload_optimizer.device = c.offload;
-      cfg.zero_optimization.offload_optimizer.nvme_path = ::testing::TempDir();
+      cfg.zero_optimization.offload_optimizer.nvme_path = swap.path();
       const std::string what =
           "stage " + std::to_string(c.stage) + " A=" + std::to_string(c.accumulation) +
           " offload " + std::to_string(static_cast<int>(c.offload)) + " N=" + std::to_string(ranks);

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
 #include "zero/engine/plan.hpp"

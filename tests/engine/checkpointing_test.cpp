@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/discrete_device.hpp"
+#include "common/discrete_device.hpp"
 #include "zero/core/error.hpp"
 #include "zero/engine/activation_checkpointing.hpp"
 

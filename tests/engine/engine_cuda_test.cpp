@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "comm/gpu_rank.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/gpu_rank.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
 

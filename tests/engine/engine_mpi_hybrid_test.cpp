@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/mlp_training.hpp"
-#include "mpi_world.hpp"
+#include "common/mlp_training.hpp"
+#include "common/mpi_world.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero {

@@ -11,8 +11,9 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/mlp_training.hpp"
-#include "mpi_world.hpp"
+#include "common/mlp_training.hpp"
+#include "common/mpi_world.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/comm_config.hpp"
 
@@ -58,11 +59,12 @@ TEST(EngineMpi, EveryStageMatchesStageZeroWithinTolerance) {
 
 // Offload changes where the state lives, not the arithmetic or the collectives: with the same
 // MPI reductions the parameters are bitwise those of the run without offload. Each process's
-// swap files carry its pid and rank, and are gone after each run.
+// swap files carry its pid and rank, and are gone after each run (each process swaps into a
+// directory of its own).
 TEST(EngineMpi, OffloadTrainsBitwiseTheSameParametersAcrossProcesses) {
   Communicator& c = world();
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const testing::TempDir tmp;
+  const std::string dir = tmp.path();
   const std::string mine = "-" + std::to_string(::getpid()) + "-";
   auto leftovers = [&] {
     int n = 0;

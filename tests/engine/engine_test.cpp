@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
-#include "expect_error.hpp"
+#include "common/bitwise.hpp"
+#include "common/expect_error.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/core/error.hpp"
@@ -572,7 +573,7 @@ TEST(EngineAttach, StagesOneAndTwoMatchStageZeroBitwiseOnTheTrainersBuffers) {
       for (int stage : {1, 2}) {
         const auto got = train_attached(stage, n, dt, numel, 20);
         ASSERT_EQ(got.size(), ref.size());
-        EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+        EXPECT_TRUE(testing::same_bits(got.data(), ref.data(), ref.size()))
             << "stage " << stage << " N=" << n << " " << to_string(dt);
       }
       // It learned: the mean distance to the target sin(i) fell (20 steps of lr 0.01 move each

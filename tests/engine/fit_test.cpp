@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "expect_error.hpp"
-#include "memory_cgroup.hpp"
+#include "common/expect_error.hpp"
+#include "common/memory_cgroup.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"

@@ -13,7 +13,7 @@
 //    arithmetic, and the planner's prediction equals the measurement in every category;
 //  - errors: grad() of a frozen parameter names it; a unit mixing frozen and trainable
 //    parameters names both.
-// The model and its loss: tests/engine/lora_training.hpp.
+// The model and its loss: tests/common/lora_training.hpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/lora_training.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/lora_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/gpu_rank.hpp"
-#include "engine/compare.hpp"
+#include "common/compare.hpp"
+#include "common/gpu_rank.hpp"
 #include "gpt/gpt_cuda.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/comm/comm.hpp"

@@ -21,8 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "expect_error.hpp"
+#include "common/bitwise.hpp"
+#include "common/compare.hpp"
+#include "common/expect_error.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
@@ -94,7 +95,7 @@ TEST(GptFrozen, TrainableGradientsAreBitwiseTheWholeModelsAndFrozenGetNone) {
         ASSERT_EQ(got[u].size(), whole[u].size()) << what;
         for (std::size_t p = 0; p < got[u].size(); ++p) {
           ASSERT_EQ(got[u][p].size(), whole[u][p].size()) << what;
-          EXPECT_EQ(std::memcmp(got[u][p].data(), whole[u][p].data(), got[u][p].size() * 4), 0)
+          EXPECT_TRUE(testing::same_bits(got[u][p].data(), whole[u][p].data(), got[u][p].size()))
               << what << " param " << p << ": not bitwise the whole model's gradient";
         }
       }
@@ -183,7 +184,7 @@ TEST(GptFrozen, FrozenUnitsUnchangedStagesBitwiseTrackerIsThePlanner) {
       const std::size_t frozen_tensors = 2 + 12 * (kFrozen - 1);
       for (std::size_t p = 0; p < t.end.size(); ++p) {
         const bool changed =
-            std::memcmp(t.end[p].data(), t.start[p].data(), t.end[p].size() * 4) != 0;
+            !testing::same_bits(t.end[p].data(), t.start[p].data(), t.end[p].size());
         if (p < frozen_tensors) {
           EXPECT_FALSE(changed) << what << ": frozen parameter tensor " << p << " changed";
         } else {

@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
+#include "common/bitwise.hpp"
+#include "common/compare.hpp"
 #include "gpt/gpt_model.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
@@ -178,9 +179,8 @@ TEST(GptModel, GradientsAreBitwiseTheSameOnOneThreadAndOnMany) {
   ASSERT_EQ(one.second.size(), many.second.size());
   for (std::size_t u = 0; u < one.second.size(); ++u) {
     for (std::size_t p = 0; p < one.second[u].size(); ++p) {
-      EXPECT_EQ(std::memcmp(one.second[u][p].data(), many.second[u][p].data(),
-                            one.second[u][p].size() * 4),
-                0)
+      EXPECT_TRUE(testing::same_bits(one.second[u][p].data(), many.second[u][p].data(),
+                                     one.second[u][p].size()))
           << "unit " << u << " param " << p;
     }
   }
@@ -229,7 +229,7 @@ TEST(GptModel, CheckpointedGradientsAreBitwiseThePlainOnesAndUseLessMemory) {
       for (std::size_t u = 0; u < plain.size(); ++u) {
         for (std::size_t p = 0; p < plain[u].size(); ++p) {
           ASSERT_EQ(ck[u][p].size(), plain[u][p].size());
-          EXPECT_EQ(std::memcmp(ck[u][p].data(), plain[u][p].data(), plain[u][p].size() * 4), 0)
+          EXPECT_TRUE(testing::same_bits(ck[u][p].data(), plain[u][p].data(), plain[u][p].size()))
               << policy << " stage " << stage << " unit " << u << " param " << p;
         }
       }

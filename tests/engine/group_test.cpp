@@ -10,8 +10,8 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/compare.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
 

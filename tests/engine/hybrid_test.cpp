@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/mlp_training.hpp"
-#include "expect_error.hpp"
+#include "common/compare.hpp"
+#include "common/expect_error.hpp"
+#include "common/mlp_training.hpp"
+#include "common/scoped_env.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"
 
@@ -137,16 +138,11 @@ TEST(Hybrid, NodeGroupsAreTheLaunchersNodes) {
     });
   };
   // A launcher that does not say how many ranks share a node: refused, naming what is missing.
-  ::setenv("RANK", "0", 1);
-  ::setenv("WORLD_SIZE", "2", 1);
+  const testing::ScopedEnv launcher({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
   refused("does not say how many ranks share a node");
   // An engine on 2 of the launcher's 4 ranks.
-  ::setenv("LOCAL_WORLD_SIZE", "1", 1);
-  ::setenv("WORLD_SIZE", "4", 1);
+  const testing::ScopedEnv node({{"LOCAL_WORLD_SIZE", "1"}, {"WORLD_SIZE", "4"}});
   refused("(a sub-group)");
-  ::unsetenv("RANK");
-  ::unsetenv("WORLD_SIZE");
-  ::unsetenv("LOCAL_WORLD_SIZE");
 }
 
 TEST(Hybrid, RefusedWhereItCannotRunNamingTheKey) {

@@ -23,8 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "expect_error.hpp"
-#include "least_squares.hpp"
+#include "common/adamw_reference.hpp"
+#include "common/expect_error.hpp"
+#include "common/least_squares.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"
@@ -45,12 +47,10 @@ constexpr double kMaxNorm = 0.3;
 constexpr int kWarmup = 3, kTotal = 12;
 constexpr double kCosMin = 0.05;
 
-struct Opts {
-  double lr, wd, beta1, beta2, eps;
-};
-const Opts kGroups[3] = {{1e-3, 0.1, 0.9, 0.999, 1e-8},  // the config's optimizer block
-                         {1e-3, 0.0, 0.9, 0.999, 1e-8},  // no decay
-                         {1e-4, 0.1, 0.8, 0.99, 1e-6}};  // slow: 0.1x lr, its own betas, eps
+const testing::AdamW64 kGroups[3] = {
+    {1e-3, 0.1, 0.9, 0.999, 1e-8},  // the config's optimizer block
+    {1e-3, 0.0, 0.9, 0.999, 1e-8},  // no decay
+    {1e-4, 0.1, 0.8, 0.99, 1e-6}};  // slow: 0.1x lr, its own betas, eps
 
 std::vector<ParamGroup> engine_groups() {
   ParamGroup no_decay{.name = "no_decay"};
@@ -94,37 +94,22 @@ double cosine_ratio(int i) {
   return std::max(0.0, kCosMin + (1.0 - kCosMin) * (1.0 + std::cos(std::numbers::pi * x)) / 2.0);
 }
 
+// AdamW in double (tests/common/adamw_reference.hpp), each element with its group's options and
+// the group's lr scaled by the schedule.
 std::vector<double> reference(int ranks, int accumulation) {
-  const std::vector<float> init = initial_params();
   const std::vector<int> grp = element_groups();
-  std::vector<double> p(init.begin(), init.end()), m(p.size(), 0.0), v(p.size(), 0.0);
+  testing::AdamW64State s(initial_params());
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<double> g(p.size(), 0.0);
-    for (int r = 0; r < ranks; ++r) {
-      for (int a = 0; a < accumulation; ++a) {
-        const std::vector<double> gi = mean_loss_grad<double>(batch(step, a, r), p);
-        for (std::size_t j = 0; j < p.size(); ++j) g[j] += gi[j];
-      }
-    }
-    double sq = 0.0;
-    for (double& x : g) {
-      x /= static_cast<double>(ranks * accumulation);
-      sq += x * x;
-    }
-    const double coef = std::min(1.0, kMaxNorm / (std::sqrt(sq) + 1e-6));
-    const double t = step + 1;
-    for (std::size_t j = 0; j < p.size(); ++j) {
-      const Opts& o = kGroups[grp[j]];
-      const double lr = o.lr * cosine_ratio(step - 1);
-      const double gj = g[j] * coef;
-      m[j] = o.beta1 * m[j] + (1.0 - o.beta1) * gj;
-      v[j] = o.beta2 * v[j] + (1.0 - o.beta2) * gj * gj;
-      p[j] -= lr * o.wd * p[j];
-      p[j] -= lr * (m[j] / (1.0 - std::pow(o.beta1, t))) /
-              (std::sqrt(v[j] / (1.0 - std::pow(o.beta2, t))) + o.eps);
-    }
+    const testing::MeanGradient g = testing::mean_gradient(
+        s.p.size(), ranks, accumulation, kMaxNorm,
+        [&](int a, int r) { return mean_loss_grad<double>(batch(step, a, r), s.p); });
+    testing::adamw_step(s, g, step + 1, [&](std::size_t j) {
+      testing::AdamW64 o = kGroups[grp[j]];
+      o.lr *= cosine_ratio(step - 1);
+      return o;
+    });
   }
-  return p;
+  return s.p;
 }
 
 // The same groups as the config's rules (optimizer.param_groups): the biases (1-D) without
@@ -134,13 +119,14 @@ const char* kRules = R"([
     {"name": "slow", "match": {"names": ["u1.weight"]},
      "params": {"lr": 1e-4, "betas": [0.8, 0.99], "eps": 1e-6}}])";
 
+// swap_dir: the optimizer's nvme_path when `offload` is given (the test's own directory).
 Config config_for(int stage, int accumulation, const char* offload, bool rules = false,
-                  const char* moments = "f32") {
+                  const char* moments = "f32", const std::string& swap_dir = "") {
   std::string z = R"({"stage": )" + std::to_string(stage);
   if (stage == 3) z += R"(, "stage3_param_persistence_threshold": 0)";
   if (offload != nullptr)
     z += R"(, "offload_optimizer": {"device": ")" + std::string(offload) + R"(", "nvme_path": ")" +
-         ::testing::TempDir() + R"("})";
+         swap_dir + R"("})";
   z += "}";
   return parse_config(R"({"zero_optimization": )" + z + R"(, "gradient_accumulation_steps": )" +
                       std::to_string(accumulation) +
@@ -247,6 +233,7 @@ std::vector<float> train_attached(Communicator& comm, const Config& cfg, int acc
 }
 
 TEST(EngineParamGroups, ThreeGroupsWithAPerGroupScheduleAgainstAFloat64Reference) {
+  const testing::TempDir swap;
   int runs = 0;
   double worst = 0;
   for (int accumulation : {1, 3}) {
@@ -267,7 +254,7 @@ TEST(EngineParamGroups, ThreeGroupsWithAPerGroupScheduleAgainstAFloat64Reference
             std::string(v.attached ? "attach" : "managed") + " stage " + std::to_string(v.stage) +
             (v.offload != nullptr ? std::string(" offload ") + v.offload : "") +
             " N=" + std::to_string(ranks) + " A=" + std::to_string(accumulation);
-        const Config cfg = config_for(v.stage, accumulation, v.offload);
+        const Config cfg = config_for(v.stage, accumulation, v.offload, false, "f32", swap.path());
         std::vector<float> got;
         std::mutex mu;
         ThreadGroup::run(ranks, [&](Communicator& comm) {
@@ -305,11 +292,12 @@ TEST(EngineParamGroups, ThreeGroupsWithAPerGroupScheduleAgainstAFloat64Reference
 // accumulation: 1 is 0's, 3 is 2's; attach reduces as managed does), and the run stays within
 // the 8-bit moments' error of the float64 f32-moment reference.
 TEST(EngineParamGroups, Int8MomentsWithGroupsCuttingBlocksMatchStageZeroBitwise) {
+  const testing::TempDir swap;
   for (int accumulation : {1, 3}) {
     for (int ranks : {1, 2, 3}) {
       const std::vector<double> ref = reference(ranks, accumulation);
       auto run = [&](int stage, bool attached, const char* offload) {
-        const Config cfg = config_for(stage, accumulation, offload, false, "int8");
+        const Config cfg = config_for(stage, accumulation, offload, false, "int8", swap.path());
         std::vector<float> got;
         std::mutex mu;
         ThreadGroup::run(ranks, [&](Communicator& comm) {

@@ -14,9 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/mlp_training.hpp"
-#include "expect_error.hpp"
+#include "common/compare.hpp"
+#include "common/expect_error.hpp"
+#include "common/mlp_training.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/comm/quantized_comm.hpp"
 #include "zero/engine/engine.hpp"
@@ -132,7 +133,8 @@ TEST(Quantized, CollectivesMoveThePackedChunks) {
 // same quantized trajectory as without offload, bit for bit, and the planner still equals the
 // tracker (also prefetching one unit ahead).
 TEST(Quantized, OffloadKeepsTheQuantizedTrajectory) {
-  const std::string swap = ::testing::TempDir();
+  const testing::TempDir tmp;
+  const std::string swap = tmp.path();
   for (const char* param : {"cpu", "nvme"}) {
     for (bool discrete : {false, true}) {
       RunSpec s;

@@ -30,7 +30,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/mlp_training.hpp"
+#include "common/mlp_training.hpp"
 #include "fault/fault_comm.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/engine/engine.hpp"

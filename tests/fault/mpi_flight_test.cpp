@@ -20,6 +20,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/temp_dir.hpp"
 #include "fault/subprocess.hpp"
 #include "zero/comm/comm.hpp"
 
@@ -32,14 +33,6 @@ using testing::run_subprocess;
 constexpr double kCommTimeoutS = 5.0;
 constexpr double kWatchdogS = 240.0;  // a loaded machine: far above the comm timeout
 constexpr const char* kWaitAt = "ranks 0, 2 wait at seq 14 reduce_scatter(64 x f32, sum) unit 1";
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("zero-flight-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // With --enable-recovery the job goes on without a dead rank; without it mpirun ends the others:
 // SIGTERM, then SIGKILL, each odls_base_sigkill_timeout seconds (default 1; 3 here: a busy
@@ -90,7 +83,8 @@ void expect_has(const std::string& report, const std::string& text) {
 }
 
 TEST(MpiFlight, StoppedRankIsNamedAndWhereEachRankIs) {
-  const fs::path dir = fresh_dir("stopped");
+  const testing::TempDir tmp;  // the records the ranks write
+  const fs::path dir = tmp.path();
   testing::SubprocessResult job;
   std::thread runner([&] { job = run_subprocess(mpirun(dir, "stop"), kWatchdogS); });
   const bool written =
@@ -120,23 +114,23 @@ TEST(MpiFlight, StoppedRankIsNamedAndWhereEachRankIs) {
              "=> rank 1 stopped after seq 13 reduce_scatter(64 x f32, sum) unit 2, phase backward "
              "unit 1 (seq 14 never issued)");
   expect_has(after, kWaitAt);
-  fs::remove_all(dir);
 }
 
 TEST(MpiFlight, KilledRankIsNamedAndWhereTheOthersWait) {
-  const fs::path dir = fresh_dir("killed");
+  const testing::TempDir tmp;  // the records the ranks write
+  const fs::path dir = tmp.path();
   const std::string report = survivors_report(run_subprocess(mpirun(dir, "kill"), kWatchdogS), dir);
   ASSERT_FALSE(report.empty());
   expect_has(report, "rank 1: no record");
   expect_has(report, "=> rank 1 has no record");
   expect_has(report, kWaitAt);
   expect_has(report, "[failure: timeout: rank 0 timed out");
-  fs::remove_all(dir);
 }
 
 TEST(MpiFlight, KilledRankUnderPlainMpirunTheOthersWriteOnSigterm) {
   // A comm timeout past the watchdog: the records can only come from mpirun's SIGTERM.
-  const fs::path dir = fresh_dir("sigterm");
+  const testing::TempDir tmp;  // the records the ranks write
+  const fs::path dir = tmp.path();
   const std::string report = survivors_report(
       run_subprocess(mpirun(dir, "kill", false, 10 * kWatchdogS), kWatchdogS), dir);
   ASSERT_FALSE(report.empty());
@@ -144,7 +138,6 @@ TEST(MpiFlight, KilledRankUnderPlainMpirunTheOthersWriteOnSigterm) {
   expect_has(report, "[signal SIGTERM]");
   expect_has(report, "=> rank 1 has no record");
   expect_has(report, kWaitAt);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 #include <cstdio>
 #include <string>
 
+#include "common/load_slack.hpp"
 #include "fault/subprocess.hpp"
-#include "load_slack.hpp"
 
 namespace zero {
 namespace {

@@ -1,15 +1,16 @@
 // tests/fault/subprocess.hpp — runs a command as a subprocess with a watchdog, for the fault
-// tests: its output (stdout and stderr together) goes to a file, and the whole process group is
-// killed when the watchdog expires.
+// tests: its output (stdout and stderr together) goes to a file with no name (memfd: nothing to
+// remove, whatever happens to the test), and the whole process group is killed when the watchdog
+// expires. Thread safety: each call is independent (a test runs one per thread).
 #pragma once
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,11 +33,10 @@ inline double realtime_now_s() {
 
 // Runs argv[0] (searched in PATH) with argv; kills its process group after `watchdog_s`.
 inline SubprocessResult run_subprocess(const std::vector<std::string>& argv, double watchdog_s) {
-  char name[] = "/tmp/zero-fault-out-XXXXXX";
-  const int out_fd = ::mkstemp(name);
+  const int out_fd = ::memfd_create("zero-fault-out", 0);
   SubprocessResult r;
   if (out_fd < 0) {
-    r.output = "mkstemp failed";
+    r.output = "memfd_create failed";
     return r;
   }
   const auto start = std::chrono::steady_clock::now();
@@ -70,12 +70,13 @@ inline SubprocessResult run_subprocess(const std::vector<std::string>& argv, dou
   r.exited = WIFEXITED(wstatus);
   r.status = r.exited ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus);
   if (!r.watchdog_fired) ::kill(-pid, SIGKILL);  // whatever it left behind in its group
+  // The child's writes moved the offset it shares with out_fd: read from the start.
+  ::lseek(out_fd, 0, SEEK_SET);
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out_fd, buf, sizeof buf)) > 0;) {
+    r.output.append(buf, static_cast<std::size_t>(n));
+  }
   ::close(out_fd);
-  std::ifstream in(name);
-  std::stringstream all;
-  all << in.rdbuf();
-  r.output = all.str();
-  ::unlink(name);
   return r;
 }
 

@@ -3,16 +3,16 @@
 // in; a rank stuck outside collectives (sleeping, or a computation that never ends) makes the
 // process end within comm_timeout_s + kRankExitGraceS with one line naming it and what it did
 // last. Each case runs tests/fault/fault_rank as a subprocess (the stuck case ends its process)
-// and prints the measured time. The bounds add tests/load_slack.hpp's slack for the process's
-// start and teardown on a loaded machine; the thrown case's timeout is above that slack, so
-// "did not wait for the timeout" still holds apart from waiting for it.
+// and prints the measured time. The bounds add tests/common/load_slack.hpp's slack for the
+// process's start and teardown on a loaded machine; the thrown case's timeout is above that slack,
+// so "did not wait for the timeout" still holds apart from waiting for it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
+#include "common/load_slack.hpp"
 #include "fault/subprocess.hpp"
-#include "load_slack.hpp"
 #include "zero/comm/comm.hpp"
 
 namespace zero {

@@ -16,14 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "run_command.hpp"
+#include "common/run_command.hpp"
+#include "common/temp_dir.hpp"
 
 namespace zero::testing {
 namespace {
-
-std::string tmp_path(const std::string& name) {
-  return ::testing::TempDir() + "/zero_convergence_" + name;
-}
 
 struct TrainRun {
   std::vector<double> loss;  // rank 0's, per step
@@ -57,8 +54,9 @@ constexpr const char* kQuantized =
     " --set zero_optimization.zero_quantized_gradients=true";
 
 TEST(Convergence, QuantizedCollectivesTrainTheGptWithin2PercentOf200Steps) {
-  const std::string base = tmp_path("plain.jsonl"), quant = tmp_path("quant.jsonl"),
-                    svg = tmp_path("curves.svg");
+  const testing::TempDir tmp;
+  const std::string base = tmp.file("plain.jsonl"), quant = tmp.file("quant.jsonl"),
+                    svg = tmp.file("curves.svg");
   const std::string cmd = std::string(ZERO_TRAIN_BIN) + " --zero-stage 3 --steps 200 --no-progress";
   const CmdResult a = run_command(cmd + " --metrics " + base);
   ASSERT_EQ(a.status, 0) << a.out;
@@ -86,10 +84,7 @@ TEST(Convergence, QuantizedCollectivesTrainTheGptWithin2PercentOf200Steps) {
   // zero-train's own comparison line, and both curves in the SVG.
   EXPECT_NE(b.out.find("final training loss (mean of the last 10 steps)"), std::string::npos)
       << b.out;
-  std::ifstream in(svg);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string doc = ss.str();
+  const std::string doc = read_file(svg);
   EXPECT_NE(doc.find("qwZ + qgZ (int8, block 256)"), std::string::npos);
   EXPECT_NE(doc.find("data-series=\"training loss of " + base + "\""), std::string::npos) << doc;
   EXPECT_NE(doc.find("data-series=\"training loss (every step)\""), std::string::npos);
@@ -99,8 +94,9 @@ TEST(Convergence, QuantizedCollectivesTrainTheGptWithin2PercentOf200Steps) {
 // moments: the GPT example for 300 steps, same seed and data, 2 ranks, stage 2: final training
 // (mean of the last 10 steps) and validation loss within 1%; both curves in one SVG.
 TEST(Convergence, Int8MomentsTrainTheGptWithin1PercentOf300Steps) {
-  const std::string base = tmp_path("f32moments.jsonl"), q8 = tmp_path("int8moments.jsonl"),
-                    svg = tmp_path("moments.svg");
+  const testing::TempDir tmp;
+  const std::string base = tmp.file("f32moments.jsonl"), q8 = tmp.file("int8moments.jsonl"),
+                    svg = tmp.file("moments.svg");
   const std::string cmd = std::string(ZERO_TRAIN_BIN) +
                           " --zero-stage 2 --steps 300 --eval-every 100 --seed 1 --no-progress";
   const CmdResult a = run_command(cmd + " --metrics " + base);
@@ -122,25 +118,23 @@ TEST(Convergence, Int8MomentsTrainTheGptWithin1PercentOf300Steps) {
   EXPECT_LE(std::fabs(pb.validation - pa.validation), 0.01 * pa.validation);
   EXPECT_LT(la, 3.0);  // both learned
   EXPECT_NE(la, lb) << "the moment dtype changed nothing";
-  std::ifstream in(svg);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_NE(ss.str().find("int8 optimizer moments"), std::string::npos);
+  EXPECT_NE(read_file(svg).find("int8 optimizer moments"), std::string::npos);
 }
 
 TEST(Convergence, PlotAgainstRefusesWhatItCannotDraw) {
-  const std::string bad = tmp_path("bad.jsonl");
+  const testing::TempDir tmp;
+  const std::string bad = tmp.file("bad.jsonl");
   std::ofstream(bad) << "{\"step\": 1, \"loss\": 2.0, \"rank\": 0}\nnot json\n";
   const std::string cmd = std::string(ZERO_TRAIN_BIN) + " --steps 1 --no-progress";
   CmdResult r = run_command(cmd + " --plot-against " + bad);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("--plot-against needs --plot FILE"), std::string::npos) << r.out;
-  r = run_command(cmd + " --plot " + tmp_path("x.svg") + " --plot-against " + bad);
+  r = run_command(cmd + " --plot " + tmp.file("x.svg") + " --plot-against " + bad);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("'" + bad + "' line 2 is not a zero-train --metrics line"),
             std::string::npos)
       << r.out;
-  r = run_command(cmd + " --plot " + tmp_path("x.svg") + " --plot-against /nonexistent/m.jsonl");
+  r = run_command(cmd + " --plot " + tmp.file("x.svg") + " --plot-against /nonexistent/m.jsonl");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("cannot read '/nonexistent/m.jsonl'"), std::string::npos) << r.out;
 }

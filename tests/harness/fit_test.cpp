@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "memory_cgroup.hpp"
-#include "run_command.hpp"
+#include "common/memory_cgroup.hpp"
+#include "common/run_command.hpp"
 
 #ifndef ZERO_TRAIN_BIN
 #error "ZERO_TRAIN_BIN must name the zero-train binary"

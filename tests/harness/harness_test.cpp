@@ -14,7 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "run_command.hpp"
+#include "common/run_command.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/device/detail/cuda_runtime.hpp"
 
 #ifndef ZERO_BENCH_BIN
@@ -27,17 +28,14 @@ using zero::testing::CmdResult;
 
 CmdResult run(const std::string& cmd) { return zero::testing::run_command(cmd); }
 
-std::string tmp_path(const std::string& name) {
-  return ::testing::TempDir() + "/zero_harness_" + name;
-}
-
 TEST(Harness, JsonTotalsAreTheTrackersAndPredictionsHold) {
-  const std::string json_path = tmp_path("out.json"), svg_path = tmp_path("out.svg"),
-                    csv_path = tmp_path("out.csv");
+  const zero::testing::TempDir tmp;
+  const std::string json_path = tmp.file("out.json"), svg_path = tmp.file("out.svg"),
+                    csv_path = tmp.file("out.csv");
   const CmdResult r =
       run(std::string(ZERO_BENCH_BIN) +
           " --ranks 4 --steps 2 --layers 4 --dim 64 --seq 32 --batch 2 --json " + json_path +
-          " --svg " + svg_path + " --csv " + csv_path + " --nvme-path " + ::testing::TempDir());
+          " --svg " + svg_path + " --csv " + csv_path + " --nvme-path " + tmp.path());
   ASSERT_EQ(r.status, 0) << r.out;
   std::ifstream in(json_path);
   ASSERT_TRUE(in.good());
@@ -94,11 +92,9 @@ TEST(Harness, JsonTotalsAreTheTrackersAndPredictionsHold) {
   // Checkpointing lowers the activation peak.
   EXPECT_LT(all[4]["per_rank"][0]["categories"]["activations"]["host"]["peak"].get<double>(),
             all[0]["per_rank"][0]["categories"]["activations"]["host"]["peak"].get<double>());
-  std::ifstream svg(svg_path);
-  std::stringstream s;
-  s << svg.rdbuf();
-  EXPECT_NE(s.str().find("<svg"), std::string::npos);
-  EXPECT_NE(s.str().find("optimizer_state"), std::string::npos);
+  const std::string svg = zero::testing::read_file(svg_path);
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find("optimizer_state"), std::string::npos);
   std::ifstream csv(csv_path);
   std::string header;
   std::getline(csv, header);
@@ -123,7 +119,8 @@ TEST(Harness, PlanReproducesTheZeroPapersFigures) {
 // 2 (twice the flat stage's, sharded over half the ranks), and the bytes sent across groups per
 // step on their ring formula; the flat rows send nothing across groups.
 TEST(Harness, HybridRowsFollowTheFormulaOfTheirGroup) {
-  const std::string json_path = tmp_path("hybrid.json");
+  const zero::testing::TempDir tmp;
+  const std::string json_path = tmp.file("hybrid.json");
   const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
                           " --ranks 4 --steps 2 --layers 2 --dim 64 --seq 32 --batch 2"
                           " --stages 2,3 --checkpoint none --offload none --hybrid 2 --json " +
@@ -169,9 +166,10 @@ TEST(Harness, HybridRowsFollowTheFormulaOfTheirGroup) {
 // theory (frozen units neither reduced nor gathered after the step); gradients, master and
 // optimizer state lower by the trainable fraction, the parameters not.
 TEST(Harness, FrozenUnitsHoldParametersOnly) {
+  const zero::testing::TempDir tmp;
   std::map<std::string, nlohmann::json> runs;
   for (const char* freeze : {"0", "3"}) {
-    const std::string json_path = tmp_path(std::string("freeze") + freeze + ".json");
+    const std::string json_path = tmp.file(std::string("freeze") + freeze + ".json");
     const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
                             " --ranks 4 --steps 2 --layers 4 --dim 64 --seq 32 --batch 2"
                             " --checkpoint none --offload none,cpu --freeze " +
@@ -226,7 +224,8 @@ TEST(Harness, FrozenUnitsHoldParametersOnly) {
 // side; every row's bytes per step (and across groups) on its formula, the int8 rows sending about
 // half of the bf16 ones', their staging in comm_buffers as the planner predicts.
 TEST(Harness, QuantizedRowsSendThePackedChunks) {
-  const std::string json_path = tmp_path("quantized.json");
+  const zero::testing::TempDir tmp;
+  const std::string json_path = tmp.file("quantized.json");
   const CmdResult r = run(std::string(ZERO_BENCH_BIN) +
                           " --ranks 4 --steps 2 --layers 2 --dim 64 --seq 32 --batch 2"
                           " --stages 3 --checkpoint none --offload none --hybrid 2 --quantized"

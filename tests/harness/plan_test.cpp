@@ -8,7 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "run_command.hpp"
+#include "common/run_command.hpp"
+#include "common/temp_dir.hpp"
 
 #ifndef ZERO_TRAIN_BIN
 #error "ZERO_TRAIN_BIN must name the zero-train binary"
@@ -35,17 +36,23 @@ json read_json(const std::string& path) {
 
 class Plan : public ::testing::Test {
  protected:
+  // One directory for the suite: the profile is measured once, the tests read it.
   static void SetUpTestSuite() {
-    dir_ = ::testing::TempDir();
+    tmp_ = new zero::testing::TempDir();
+    dir_ = tmp_->path();
     const CmdResult r = run_command(std::string(ZERO_ENV_BIN) +
                                     " --calibrate --gpt --layers 2 --dim 64 --seq 32 --batch 4 "
                                     "--nvme-path " +
                                     dir_ + " --out " + dir_ + "/machine.json");
     ASSERT_EQ(r.status, 0) << r.out;
   }
-  static std::string dir_;
+  static void TearDownTestSuite() {
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  static inline zero::testing::TempDir* tmp_ = nullptr;
+  static inline std::string dir_;
 };
-std::string Plan::dir_;
 
 TEST_F(Plan, TheProfileReadsBackWithEveryFigure) {
   const json p = read_json(dir_ + "/machine.json");

@@ -25,8 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "common/run_command.hpp"
 #include "common/svg_chart.hpp"
-#include "run_command.hpp"
+#include "common/temp_dir.hpp"
 
 #ifndef ZERO_BENCH_BIN
 #error "ZERO_BENCH_BIN must name the zero-bench binary"
@@ -105,16 +106,7 @@ std::vector<std::string> screen(const std::string& bytes, std::string* error) {
   return rows;
 }
 
-std::string tmp_path(const std::string& name) {
-  return ::testing::TempDir() + "/zero_run_output_" + name;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using zero::testing::read_file;
 
 int count(const std::string& text, const std::string& needle) {
   int n = 0;
@@ -368,8 +360,8 @@ TEST(SvgChart, TextIsEscapedAndTicksAreNice) {
 constexpr const char* kTinyModel = " --layers 2 --dim 32 --heads 2 --seq 16";
 
 TEST(ZeroTrain, PlotHasOnePointPerStepAndPerEvaluation) {
-  const std::string plot = tmp_path("loss.svg");
-  std::remove(plot.c_str());
+  const zero::testing::TempDir tmp;
+  const std::string plot = tmp.file("loss.svg");
   const CmdResult r =
       run(std::string(ZERO_TRAIN_BIN) + kTinyModel +
           " --batch 2 --ranks 2 --zero-stage 1 --steps 12 --eval-every 5 --plot " + plot);
@@ -423,8 +415,8 @@ TEST(ZeroTrain, PlotHasOnePointPerStepAndPerEvaluation) {
 }
 
 TEST(ZeroBench, SvgHasAStepTimeBarPerConfiguration) {
-  const std::string svg = tmp_path("bench.svg"), json = tmp_path("bench.json");
-  std::remove(svg.c_str());
+  const zero::testing::TempDir tmp;
+  const std::string svg = tmp.file("bench.svg"), json = tmp.file("bench.json");
   const CmdResult r =
       run(std::string(ZERO_BENCH_BIN) + kTinyModel +
           " --ranks 2 --steps 2 --batch 1 --offload none,cpu --svg " + svg + " --json " + json);

@@ -15,8 +15,9 @@
 #include <sstream>
 #include <string>
 
-#include "run_command.hpp"
-#include "trace_json.hpp"
+#include "common/run_command.hpp"
+#include "common/temp_dir.hpp"
+#include "common/trace_json.hpp"
 
 #ifndef ZERO_BENCH_BIN
 #error "ZERO_BENCH_BIN must name the zero-bench binary"
@@ -86,9 +87,9 @@ std::map<int, Overlap> prefetch_overlap(const std::vector<Region>& regions) {
 }
 
 std::vector<Region> traced_stage3_run(const std::string& tag, const std::string& extra) {
-  const std::string path = ::testing::TempDir() + "/zero_trace_" + tag + ".json";
-  const std::string written = ::testing::TempDir() + "/zero_trace_" + tag + ".stage3.json";
-  std::remove(written.c_str());
+  const testing::TempDir tmp(tag);
+  const std::string path = tmp.file("trace.json");
+  const std::string written = tmp.file("trace.stage3.json");
   // zero-bench's default model and ranks (6 layers, dim 192, 4 in-process ranks), stage 3.
   const testing::CmdResult r = testing::run_command(
       std::string(ZERO_BENCH_BIN) +
@@ -150,9 +151,9 @@ TEST(Trace, WithoutPrefetchNothingOverlapsTheForward) {
 }
 
 TEST(Trace, ZeroTrainWritesItsTimelineAndOneMetricsLinePerRankAndStep) {
-  const std::string trace = ::testing::TempDir() + "/zero_train_trace.json";
-  const std::string metrics = ::testing::TempDir() + "/zero_train_metrics.jsonl";
-  std::remove(trace.c_str());
+  const testing::TempDir tmp;
+  const std::string trace = tmp.file("trace.json");
+  const std::string metrics = tmp.file("metrics.jsonl");
   const testing::CmdResult r = testing::run_command(
       std::string(ZERO_TRAIN_BIN) +
       " --ranks 2 --steps 3 --layers 2 --dim 64 --seq 32 --batch 2 --eval-every 0"
@@ -185,9 +186,9 @@ TEST(Trace, ZeroTrainWritesItsTimelineAndOneMetricsLinePerRankAndStep) {
 
 #ifdef ZERO_MPIEXEC
 TEST(Trace, UnderMpirunRankZeroWritesEveryProcesssTimeline) {
-  const std::string trace = ::testing::TempDir() + "/zero_train_mpi_trace.json";
-  const std::string metrics = ::testing::TempDir() + "/zero_train_mpi_metrics.jsonl";
-  std::remove(trace.c_str());
+  const testing::TempDir tmp;
+  const std::string trace = tmp.file("trace.json");
+  const std::string metrics = tmp.file("metrics.jsonl");
   const testing::CmdResult r = testing::run_command(
       std::string(ZERO_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " + ZERO_TRAIN_BIN +
       " --steps 2 --layers 2 --dim 64 --seq 32 --batch 2 --eval-every 0 --zero-stage 3"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/gpu_rank.hpp"
+#include "common/gpu_rank.hpp"
 #include "device/grad_accumulate.hpp"
 #include "zero/core/dtype.hpp"
 #include "zero/core/error.hpp"

@@ -29,7 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "load_slack.hpp"
+#include "common/load_slack.hpp"
+#include "common/temp_dir.hpp"
 #include "offload/aio.hpp"
 #include "offload/nvme_swapper.hpp"
 #include "zero/core/error.hpp"
@@ -47,24 +48,20 @@ double ms_since(Clock::time_point t0) {
 }
 
 // ---- a scratch directory: a tmpfs of `size` where mount is permitted (root here), else a plain
-// directory on the work disk. Unmounted and removed in every path out of the test.
+// directory on the work disk; the test's own directory (tests/common/temp_dir.hpp) either way.
+// Unmounted and removed in every path out of the test.
 class ScratchDir {
  public:
-  explicit ScratchDir(const char* size) {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/zero-nvme-fault-XXXXXX";
-    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr) << tmpl;
-    path_ = tmpl;
+  explicit ScratchDir(const char* size) : path_(dir_.path()) {
     if (size != nullptr) {
       const std::string opts = std::string("size=") + size + ",mode=0700";
       mounted_ = ::mount("tmpfs", path_.c_str(), "tmpfs", 0, opts.c_str()) == 0;
       why_ = mounted_ ? "tmpfs " + opts : std::string("mount refused: ") + std::strerror(errno);
     }
   }
+  // Unmounted here; dir_ then removes the directory.
   ~ScratchDir() {
     if (mounted_ && ::umount2(path_.c_str(), 0) != 0) ::umount2(path_.c_str(), MNT_DETACH);
-    std::error_code ec;
-    fs::remove_all(path_, ec);
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
@@ -86,6 +83,7 @@ class ScratchDir {
   }
 
  private:
+  testing::TempDir dir_;
   std::string path_;
   bool mounted_ = false;
   std::string why_ = "plain directory";

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <string>
 
-#include "engine/mlp_training.hpp"
+#include "common/mlp_training.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/core/error.hpp"
 #include "zero/engine/engine.hpp"

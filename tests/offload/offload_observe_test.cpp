@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/discrete_device.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
 #include "core/observe.hpp"
-#include "engine/discrete_device.hpp"
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
 #include "offload/aio.hpp"
 #include "offload/io_fixtures.hpp"
 #include "zero/comm/comm.hpp"

@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
 #include "offload/aio.hpp"
 #include "offload/io_fixtures.hpp"
 #include "offload/nvme_swapper.hpp"
@@ -701,7 +701,7 @@ TEST(HostOffload, HostOptimizerOffloadGivesBitwiseTheSameParameters) {
 // The offload paths of a discrete device (a GPU's): gradient shards copied device -> pinned as
 // each reduce-scatter completes, chunks copied in and parameters copied out on the copy lane,
 // parameter shards copied into the gathered buffer before an in-place all-gather. Run on the
-// discrete CPU device (engine/discrete_device.hpp), whose memory the host cannot touch except
+// discrete CPU device (tests/common/discrete_device.hpp), whose memory the host cannot touch except
 // through the device interface, they must train bitwise like no offload on the CPU device.
 TEST(DiscreteDeviceOffload, OptimizerAndParameterOffloadMatchNoOffloadBitwise) {
   TempDir dir;

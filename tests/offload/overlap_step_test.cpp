@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
 #include "offload/io_fixtures.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"

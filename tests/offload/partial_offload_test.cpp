@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/mlp_model.hpp"
-#include "engine/mlp_training.hpp"
+#include "common/mlp_model.hpp"
+#include "common/mlp_training.hpp"
 #include "engine/placement.hpp"
 #include "offload/io_fixtures.hpp"
 #include "zero/comm/comm.hpp"

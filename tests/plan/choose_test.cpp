@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/device/memory_report.hpp"
 #include "zero/plan/choose.hpp"
 
@@ -71,9 +72,10 @@ const Candidate* find(const Choice& ch, const std::string& label) {
 }
 
 TEST(Choose, BytesAreThePlannersForEveryCandidate) {
+  const testing::TempDir tmp;
   World w;
   w.ranks = 2;
-  w.nvme_path = ::testing::TempDir();
+  w.nvme_path = tmp.path();
   const Choice ch = choose_config(model(), "{}", w, profile(true));
   ASSERT_GT(ch.candidates.size(), 100u);
   for (const Candidate& c : ch.candidates) {
@@ -232,9 +234,10 @@ TEST(Choose, ASeparateDeviceIsBudgetedPerRankAndItsHostTierPerNode) {
 }
 
 TEST(Choose, WithoutNvmeFiguresNvmeCandidatesAreUntimedNotChosen) {
+  const testing::TempDir tmp;
   World w;
   w.ranks = 2;
-  w.nvme_path = ::testing::TempDir();
+  w.nvme_path = tmp.path();
   ChooseSpace s;
   s.stages = {3};
   s.optimizer_offload = {"nvme"};

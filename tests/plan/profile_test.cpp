@@ -8,7 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/device/detail/cuda_runtime.hpp"
 #include "zero/plan/profile.hpp"
 
@@ -45,7 +46,8 @@ MachineProfile sample() {
 
 TEST(Profile, RoundTripThroughAFile) {
   const MachineProfile p = sample();
-  const std::string path = ::testing::TempDir() + "/profile_roundtrip.json";
+  const testing::TempDir tmp;
+  const std::string path = tmp.file("profile_roundtrip.json");
   write_profile(p, path);
   const MachineProfile q = read_profile(path);
   EXPECT_EQ(to_json(q), to_json(p));
@@ -53,7 +55,6 @@ TEST(Profile, RoundTripThroughAFile) {
   EXPECT_EQ(q.network_collectives.size(), 1u);
   EXPECT_EQ(q.nvme_request_bytes, std::size_t{8} << 20);
   EXPECT_EQ(q.trainer, "gpt --layers 4");
-  std::remove(path.c_str());
 }
 
 // One edit of the sample's JSON, read back: the error names `needle`s (key, value, file).
@@ -206,7 +207,8 @@ TEST(Profile, CalibrationGivesAValidProfile) {
   o.ranks = {2};
   o.sizes = {4096, 1 << 16};
   o.repeats = 1;
-  o.nvme_path = ::testing::TempDir();
+  const testing::TempDir tmp;
+  o.nvme_path = tmp.path();
   o.nvme_bytes = 4 << 20;
   o.nvme_request_bytes = 1 << 20;
   o.cuda_copy_bytes = 16 << 20;

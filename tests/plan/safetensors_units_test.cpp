@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "ckpt/safetensors.hpp"
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
 #include "zero/plan/choose.hpp"
 
 namespace zero {
@@ -84,8 +85,8 @@ TEST(SafetensorsUnits, UnitOfTensorByLayerPrefixOrItsOwner) {
 }
 
 TEST(SafetensorsUnits, OneFileIsGroupedByLayerInNaturalOrder) {
-  const std::string dir = ::testing::TempDir() + "/st_units_one";
-  fs::create_directories(dir);
+  const testing::TempDir tmp;
+  const std::string dir = tmp.path();
   const std::string file = dir + "/model.safetensors";
   write_file(file, llama_like());
   const std::vector<UnitSpec> units = units_from_safetensors(file);
@@ -116,8 +117,8 @@ TEST(SafetensorsUnits, OneFileIsGroupedByLayerInNaturalOrder) {
 // Integer tensors are buffers (not parameters); the header is all that is read: a file whose data
 // is cut short is refused by the reader, naming it (its ranges are checked, not its bytes read).
 TEST(SafetensorsUnits, BuffersAreLeftOutAndAMalformedHeaderIsNamed) {
-  const std::string dir = ::testing::TempDir() + "/st_units_bad";
-  fs::create_directories(dir);
+  const testing::TempDir tmp;
+  const std::string dir = tmp.path();
   const std::string file = dir + "/ids.safetensors";
   {
     // By hand: an I64 buffer beside one F32 weight.
@@ -158,7 +159,8 @@ TEST(SafetensorsUnits, BuffersAreLeftOutAndAMalformedHeaderIsNamed) {
 
 // A Hugging Face sharded set: the index's weight_map over two files; the units cross the files.
 TEST(SafetensorsUnits, AShardedSetIsReadThroughItsIndex) {
-  const std::string dir = ::testing::TempDir() + "/st_units_sharded";
+  const testing::TempDir tmp;
+  const std::string dir = tmp.file("set");
   fs::create_directories(dir);
   const std::vector<SafetensorsEntry> all = llama_like();
   std::vector<SafetensorsEntry> a(all.begin(), all.begin() + 7), b(all.begin() + 7, all.end());
@@ -173,7 +175,7 @@ TEST(SafetensorsUnits, AShardedSetIsReadThroughItsIndex) {
     }
     out << "}}";
   }
-  const std::string one = ::testing::TempDir() + "/st_units_one_for_set.safetensors";
+  const std::string one = tmp.file("one_for_set.safetensors");
   write_file(one, all);
   const std::vector<UnitSpec> set = units_from_safetensors(dir);
   EXPECT_EQ(numel_by_unit(set), numel_by_unit(units_from_safetensors(one)));

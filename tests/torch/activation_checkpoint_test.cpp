@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "torch_runs.hpp"
 
 namespace zero::testing {

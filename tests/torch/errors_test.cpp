@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "torch_runs.hpp"
 
 namespace zero::testing {

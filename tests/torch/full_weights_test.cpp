@@ -10,7 +10,8 @@
 #include <fstream>
 #include <map>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
+#include "common/temp_dir.hpp"
 #include "torch_runs.hpp"
 
 namespace zero::testing {
@@ -18,17 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("zero_torch_full_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 // One rank's micro-step on its slice of batch `m`.
 float train_step(zero::torch::Optimizer& opt, ct::Model& model, const TokenData& data, int m,
@@ -103,7 +94,7 @@ class TorchFullWeights
 TEST_P(TorchFullWeights, ExportLoadsBitwiseAndTrainingGoesOnAsIfNotSaved) {
   const auto [stage, ranks, dtype] = GetParam();
   TempDir dir;
-  const std::string path = (dir.path / "model.pt").string();
+  const std::string path = dir.file("model.pt");
   const SavedRun saved = run(stage, ranks, dtype, 6, 3, path);
   const SavedRun plain = run(stage, ranks, dtype, 6, 0, path);
   EXPECT_TRUE(bitwise_equal(saved.params, plain.params));
@@ -153,7 +144,7 @@ TEST(TorchFullWeights, RawTorchSaveOfAStage3ModelThrowsInsteadOfWritingEmptyStor
       zero::torch::Optimizer opt(comm, *model, torch_config(tr));
       const TokenData data = make_data(1, d);
       train_step(opt, model, data, 0, 0, 1);
-      const std::string raw = (dir.path / ("raw" + std::to_string(stage) + ".pt")).string();
+      const std::string raw = dir.file("raw" + std::to_string(stage) + ".pt");
       if (stage == 3) {
         EXPECT_THROW(::torch::save(model, raw), c10::Error);
         EXPECT_THROW(::torch::save(model->parameters(), raw), c10::Error);
@@ -161,7 +152,7 @@ TEST(TorchFullWeights, RawTorchSaveOfAStage3ModelThrowsInsteadOfWritingEmptyStor
         EXPECT_EQ(zero::torch::tensor_bytes(opt.parameters()).params, 0u);
       } else {
         ::torch::save(model, raw);
-        const std::string ours = (dir.path / "ours0.pt").string();
+        const std::string ours = dir.file("ours0.pt");
         opt.save_model(*model, ours);
         ct::Model a = make_model(d, 5), b = make_model(d, 6);
         ::torch::load(a, raw);
@@ -202,7 +193,7 @@ TEST(TorchCheckpoint, ResumeWithTheDataPositionIsBitwise) {
     ThreadGroup::run(kRanks, [&](Communicator& comm) {
       const int q = comm.rank();
       zero::torch::Optimizer opt(comm, *models[static_cast<std::size_t>(q)], config);
-      ckpt::Saver saver(opt.engine(), {dir.path.string()});
+      ckpt::Saver saver(opt.engine(), {dir.path()});
       for (int s = 0; s < kSaveAt; ++s)
         train_step(opt, models[static_cast<std::size_t>(q)], data, s, q, kRanks);
       opt.save_checkpoint(saver, std::to_string(kSaveAt));  // the next batch to train on
@@ -219,13 +210,13 @@ TEST(TorchCheckpoint, ResumeWithTheDataPositionIsBitwise) {
         ::torch::NoGradGuard eval;
         ct::loss(model, data.tokens[0], data.targets[0]);
       }
-      const ckpt::LoadResult r = opt.load_checkpoint(dir.path.string());
+      const ckpt::LoadResult r = opt.load_checkpoint(dir.path());
       int next = std::stoi(r.trainer_state);
       EXPECT_EQ(next, kSaveAt);
       std::vector<float> mine;
       for (int s = next; s < kSteps; ++s)
         mine.push_back(train_step(opt, model, data, s, q, kRanks));
-      expect_error([&] { opt.load_checkpoint(dir.path.string()); }, ErrorCode::kInvalidArgument,
+      expect_error([&] { opt.load_checkpoint(dir.path()); }, ErrorCode::kInvalidArgument,
                    "before the first backward");
       opt.detach();
       if (q == 0) {

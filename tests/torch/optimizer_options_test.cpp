@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "torch_runs.hpp"
 
 namespace zero::testing {

@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "expect_error.hpp"
+#include "common/expect_error.hpp"
 #include "torch_runs.hpp"
 
 namespace zero::testing {

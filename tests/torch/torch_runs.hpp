@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bitwise.hpp"
 #include "examples/libtorch/char_transformer.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
@@ -255,11 +256,19 @@ inline std::pair<double, double> abs_diff(const std::vector<::torch::Tensor>& a,
   return {worst, n > 0 ? sum / n : 0.0};
 }
 
+// The same tensors, value for value (torch::equal) and byte for byte (tests/common/bitwise.hpp:
+// the sign of zero counts too).
 inline bool bitwise_equal(const std::vector<::torch::Tensor>& a,
                           const std::vector<::torch::Tensor>& b) {
   if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!::torch::equal(a[i], b[i])) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].scalar_type() != b[i].scalar_type() || !::torch::equal(a[i], b[i])) return false;
+    const ::torch::Tensor x = a[i].contiguous().cpu(), y = b[i].contiguous().cpu();
+    if (!same_bits(static_cast<const unsigned char*>(x.data_ptr()),
+                   static_cast<const unsigned char*>(y.data_ptr()), x.nbytes())) {
+      return false;
+    }
+  }
   return true;
 }
 

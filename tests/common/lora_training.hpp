@@ -1,9 +1,10 @@
-// The LoRA-like model of the frozen-parameter tests (tests/engine/frozen_test.cpp,
-// tests/ckpt/frozen_resume_test.cpp): per layer a frozen base unit (a Linear's weight and bias)
-// and a trainable adapter unit (low-rank A and B), as LoRA fine-tuning freezes the base (Hu et al.
-// 2021). The loss is accumulation_test.cpp's least-squares regression over the concatenated
-// parameters (the gradient of a frozen parameter is computed and dropped, as autograd would not
-// compute it).
+// tests/common/lora_training.hpp — the LoRA-like model of the frozen-parameter tests
+// (tests/engine/frozen_test.cpp, attach_frozen_test.cpp, tests/ckpt/frozen_resume_test.cpp): per
+// layer a frozen base unit (a Linear's weight and bias) and a trainable adapter unit (low-rank A
+// and B), as LoRA fine-tuning freezes the base (Hu et al. 2021). The loss is the least-squares
+// regression of tests/common/least_squares.hpp over the concatenated parameters (the gradient of
+// a frozen parameter is computed and dropped, as autograd would not compute it).
+// Thread safety: pure functions; each rank trains its own engine on its own thread.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/least_squares.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"
 
@@ -53,21 +55,11 @@ inline std::vector<float> initial_params(std::size_t n) {
   return p;
 }
 
-// Mean-loss gradient of 0.5 (a . theta - y)^2 over the rank's micro-batch.
+// Mean-loss gradient of 0.5 (a . theta - y)^2 over the rank's micro-batch of the step
+// (least_squares.hpp: kBatch samples of micro-step 0).
 inline std::vector<float> trainer_grad(int step, int rank, const std::vector<float>& theta) {
-  std::mt19937_64 rng(1000003ULL * static_cast<std::uint64_t>(step) +
-                      static_cast<std::uint64_t>(rank));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<double> g(theta.size(), 0.0);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(theta.size()));
-  std::vector<float> a(theta.size());
-  for (int s = 0; s < kBatch; ++s) {
-    for (float& v : a) v = scale * d(rng);
-    double e = -2.0 * d(rng);
-    for (std::size_t j = 0; j < theta.size(); ++j) e += static_cast<double>(a[j]) * theta[j];
-    for (std::size_t j = 0; j < theta.size(); ++j) g[j] += e * a[j] / kBatch;
-  }
-  return {g.begin(), g.end()};
+  return least_squares::trainer_grad(
+      least_squares::batch(static_cast<int>(theta.size()), kBatch, step, 0, rank), theta);
 }
 
 inline Config config_for(int stage, bool bf16) {

@@ -1,5 +1,6 @@
-// What the GPU tests share: the skip when there is no CUDA device, and one rank's
-// single-GPU NCCL communicator (world size 1 on cuda:0: NCCL refuses two ranks on one GPU).
+// tests/common/gpu_rank.hpp — what the GPU tests (comm, engine, kernels) share: the skip when
+// there is no CUDA device, and one rank's single-GPU NCCL communicator (world size 1 on cuda:0:
+// NCCL refuses two ranks on one GPU). Thread safety: the test's thread.
 #pragma once
 
 #include <gtest/gtest.h>

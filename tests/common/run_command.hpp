@@ -1,5 +1,7 @@
-// tests/run_command.hpp — runs a program as a user would (through the shell) and keeps its exit
-// status and its output (stdout and stderr together), for the tests of the examples.
+// tests/common/run_command.hpp — runs a program as a user would (through the shell) and keeps its
+// exit status and its output (stdout and stderr together), for the tests of the programs and the
+// examples. Files the program writes go where the test says (tests/common/temp_dir.hpp).
+// Thread safety: popen/pclose; one call per thread.
 #pragma once
 
 #include <sys/wait.h>

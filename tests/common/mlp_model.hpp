@@ -1,7 +1,8 @@
-// A small MLP trainer written the usual way (forward, hand-written backward) against the
-// engine's managed hooks: one unit per layer (W, b), tanh hidden layers, mean-squared error.
-// Shared by the engine tests. Computation is in f32 from the working-dtype parameters; the
-// gradients are written in the working dtype.
+// tests/common/mlp_model.hpp — a small MLP trainer written the usual way (forward, hand-written
+// backward) against the engine's managed hooks: one unit per layer (W, b), tanh hidden layers,
+// mean-squared error. Shared by the engine, checkpoint and offload tests. Computation is in f32
+// from the working-dtype parameters; the gradients are written in the working dtype.
+// Thread safety: an Mlp is immutable after construction; each rank drives its own engine.
 #pragma once
 
 #include <cmath>

@@ -1,6 +1,6 @@
-// tests/memory_cgroup.hpp — a child memory cgroup of this process's own, with a limit, to run a
-// command in (cgroup v1 or v2): for the tests that show a run is refused at start instead of being
-// killed by the kernel. `usable()` false (with why()) where cgroups cannot be made here (no
+// tests/common/memory_cgroup.hpp — a child memory cgroup of this process's own, with a limit, to
+// run a command in (cgroup v1 or v2): for the tests that show a run is refused at start instead of
+// being killed by the kernel. `usable()` false (with why()) where cgroups cannot be made here (no
 // memory controller, read-only, no permission): the tests skip saying so.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/run_command.hpp"
 #include "core/process_limits.hpp"
-#include "run_command.hpp"
 
 namespace zero::testing {
 

@@ -1,5 +1,5 @@
-// tests/expect_error.hpp — the one check that a call fails with a zero::Error of a given code
-// whose message names what was wrong.
+// tests/common/expect_error.hpp — the one check that a call fails with a zero::Error of a given
+// code whose message names what was wrong. Thread safety: GoogleTest's assertions (any thread).
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,10 +1,12 @@
-// A discrete device on the CPU, for the engine tests: the engine's code for a device whose
-// memory the host cannot address (a GPU) runs and is checked here, without a GPU.
+// tests/common/discrete_device.hpp — a discrete device on the CPU, for the engine and offload
+// tests: the engine's code for a device whose memory the host cannot address (a GPU) runs and is
+// checked here, without a GPU.
 //
 // Its memory is host memory handed out at addresses with bit 47 set: not canonical on x86-64, so
 // a host access that does not go through the DeviceOps (or the communicator wrapper below, the
 // role NCCL plays for a GPU) is a segmentation fault, not a silent read. Every operation strips
 // the tag and runs the CPU device's code, so results must be bitwise those of the CPU device.
+// Thread safety: as the CPU device it wraps (one device per rank, its rank's thread).
 #pragma once
 
 #include <cstdint>

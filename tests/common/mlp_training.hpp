@@ -1,5 +1,7 @@
-// The MLP training runs the engine tests compare: a config per run, one rank's training loop,
-// and what it returns. Shared by the in-process tests and the MPI tests.
+// tests/common/mlp_training.hpp — the MLP training runs the tests compare: a config per run, one
+// rank's training loop, and what it returns. Shared by the in-process and MPI tests of the engine,
+// checkpoints, offload, the communicator's divergence checks and the fault tests.
+// Thread safety: train_rank runs on its rank's thread (or process) with its own engine.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.hpp"
-#include "engine/discrete_device.hpp"
-#include "engine/mlp_model.hpp"
+#include "common/compare.hpp"
+#include "common/discrete_device.hpp"
+#include "common/mlp_model.hpp"
 #include "zero/comm/comm.hpp"
 #include "zero/config/config.hpp"
 #include "zero/engine/engine.hpp"
@@ -52,7 +54,7 @@ struct RunSpec {
   // zero_optimization.reduce_bucket_size / allgather_bucket_size (0: a collective per unit).
   long reduce_bucket = 0;
   long allgather_bucket = 0;
-  // Run on the discrete CPU device (engine/discrete_device.hpp) behind DiscreteComm.
+  // Run on the discrete CPU device (tests/common/discrete_device.hpp) behind DiscreteComm.
   bool discrete = false;
   // zero_optimization.hybrid_shard_size (0: shard over all ranks).
   long hybrid = 0;

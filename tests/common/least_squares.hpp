@@ -1,9 +1,10 @@
-// tests/engine/least_squares.hpp — the model the float64-reference engine tests train
-// (accumulation_test.cpp, param_groups_test.cpp): one linear least-squares regression over n
-// features, loss = mean_i 0.5 (a_i . theta - y_i)^2, gradient = mean_i (a_i . theta - y_i) a_i.
-// Samples are made from a seed per (step, micro-step, rank), so the trainer's and the
-// reference's data are the same floats; the trainer computes the gradient in float from the
-// engine's parameters, the reference in double from its own.
+// tests/common/least_squares.hpp — the model the float64-reference engine tests train
+// (accumulation_test.cpp, param_groups_test.cpp, and the LoRA model of lora_training.hpp): one
+// linear least-squares regression over n features, loss = mean_i 0.5 (a_i . theta - y_i)^2,
+// gradient = mean_i (a_i . theta - y_i) a_i. Samples are made from a seed per (step, micro-step,
+// rank), so the trainer's and the reference's data are the same floats; the trainer computes the
+// gradient in float from the engine's parameters, the reference in double from its own
+// (tests/common/adamw_reference.hpp). Thread safety: pure functions.
 #pragma once
 
 #include <cmath>

@@ -1,26 +1,19 @@
-// Comparisons of trained parameters (per tensor, as f32) shared by the engine tests.
+// tests/common/compare.hpp — trained parameters read out of an engine (per tensor, as f32) and
+// compared: bitwise (tests/common/bitwise.hpp), or by how far apart they are. Shared by the
+// engine, checkpoint and offload tests. Thread safety: read_params is a collective (every rank
+// calls it, each on its own engine); the comparisons are pure.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <vector>
 
+#include "common/bitwise.hpp"
 #include "zero/engine/engine.hpp"
 
 namespace zero::testing {
 
 using Tensors = std::vector<std::vector<float>>;
-
-// Same shapes and the same bits.
-inline bool bitwise_equal(const Tensors& a, const Tensors& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size()) return false;
-    if (std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) return false;
-  }
-  return true;
-}
 
 // Largest absolute difference over the elements both have.
 inline double max_abs_diff(const Tensors& a, const Tensors& b) {

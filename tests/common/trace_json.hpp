@@ -1,7 +1,8 @@
-// tests/trace_json.hpp — a Chrome trace document read back the way a viewer reads it: every
-// event must have ph, ts, pid and tid; "B"/"E" pairs must match per (pid, tid) track in file order
-// with time never going back on a track. Any breach is a test failure; the matched regions come
-// back for the test to measure (the prefetch overlap, the regions per rank).
+// tests/common/trace_json.hpp — a Chrome trace document read back the way a viewer reads it:
+// every event must have ph, ts, pid and tid; "B"/"E" pairs must match per (pid, tid) track in file
+// order with time never going back on a track. Any breach is a test failure; the matched regions
+// come back for the test to measure (the prefetch overlap, the regions per rank).
+// Thread safety: pure functions of the document.
 #pragma once
 
 #include <gtest/gtest.h>
