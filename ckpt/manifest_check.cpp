@@ -206,96 +206,116 @@ class Checker {
     return r < world_size && rank_file(static_cast<int>(r)) == name;
   }
 
+  // Every unit: its parameters (shape, numel, dtype, pieces), then its int8 state pieces within
+  // the padded range the saving engine laid out.
   void units() const {
     const MomentDType sd = parse_moment_dtype(m_.state_dtype);  // checked above
-    // int8 moments are saved by unit range (UnitEntry::states), the others with each parameter.
-    const bool by_unit = sd == MomentDType::kInt8;
-    const auto ns = static_cast<std::size_t>(m_.num_states);
     std::vector<UnitSpec> specs;
-    for (std::size_t u = 0; u < m_.units.size(); ++u) {
-      const UnitEntry& ue = m_.units[u];
-      const std::string uk = "units[" + std::to_string(u) + "]";
-      if (ue.params.empty()) fail(uk + ".params", "is empty (unit '", ue.name, "')");
-      UnitSpec spec{ue.name, {}};
-      for (std::size_t i = 0; i < ue.params.size(); ++i) {
-        const ParamEntry& p = ue.params[i];
-        const std::string pk = uk + ".params[" + std::to_string(i) + "]";
-        const std::string name = "'" + ue.name + "." + p.name + "'";
-        if (p.shape.empty()) fail(pk + ".shape", "is empty (parameter ", name, ")");
-        std::size_t numel = 1;
-        for (std::int64_t e : p.shape) {
-          if (e < 1 || __builtin_mul_overflow(numel, static_cast<std::size_t>(e), &numel) ||
-              numel > kMaxNumel) {
-            fail(pk + ".shape", "has the extent ", e, " (parameter ", name,
-                 "): extents are >= 1, their product <= ", kMaxNumel);
-          }
-        }
-        if (p.numel != numel) {
-          fail(pk + ".numel", "is ", p.numel, ", not the product of its shape, ", numel,
-               " (parameter ", name, ")");
-        }
-        if (p.dtype != to_string(DType::kF32)) {
-          fail(pk + ".dtype", "is '", p.dtype, "' (parameter ", name,
-               "): the checkpoint holds the f32 master of every parameter");
-        }
-        // The pieces tile [0, numel) (what a load relies on), each with the master and, but for
-        // int8 moments (the unit's state pieces hold those), every state.
-        std::size_t at = 0;
-        for (std::size_t k = 0; k < p.pieces.size(); ++k) {
-          const Piece& pc = p.pieces[k];
-          const std::string key = pk + ".pieces[" + std::to_string(k) + "]";
-          if (pc.begin != at)
-            fail(key + ".begin", "is ", pc.begin, ", not ", at, " (parameter ", name,
-                 "'s pieces tile it in order)");
-          if (pc.end > p.numel)
-            fail(key + ".end", "is ", pc.end, ", past numel ", p.numel, " (parameter ", name, ")");
-          if (pc.state_offsets.size() != (by_unit ? 0 : ns)) {
-            fail(key + ".state_offsets", "has ", pc.state_offsets.size(), " offsets, not ",
-                 by_unit ? 0 : ns, " (", m_.num_states, " states of ", m_.state_dtype, ")");
-          }
-          piece_bytes(pc, key, true, sd);
-          at = pc.end;
-        }
-        if (at != p.numel) {
-          fail(pk + ".pieces", "cover ", at, " of its ", p.numel, " elements (parameter ", name,
-               ")");
-        }
-        spec.params.push_back({p.name, p.shape});
-      }
-      specs.push_back(std::move(spec));
-    }
+    for (std::size_t u = 0; u < m_.units.size(); ++u) specs.push_back(unit_params(u, sd));
     // The unit's padded range, as the saving engine laid it out (int8 state pieces lie in it).
     const zero::detail::Layout layout =
         zero::detail::make_layout(specs, m_.world_size, m_.alignment, state_block(sd));
     for (std::size_t u = 0; u < m_.units.size(); ++u) {
-      const std::vector<Piece>& states = m_.units[u].states;
-      std::size_t at = 0;
-      for (std::size_t k = 0; k < states.size(); ++k) {
-        const Piece& pc = states[k];
-        const std::string key =
-            "units[" + std::to_string(u) + "].states[" + std::to_string(k) + "]";
-        if (!by_unit) {
-          fail(key, "is a state piece, but ", m_.state_dtype,
-               " moments are saved with each parameter");
-        }
-        if (pc.begin < at || pc.begin % kInt8MomentBlock != 0) {
-          fail(key + ".begin", "is ", pc.begin,
-               ": state pieces are sorted, disjoint and start on a quantization block (",
-               kInt8MomentBlock, " elements)");
-        }
-        if (pc.end > layout.units[u].padded) {
-          fail(key + ".end", "is ", pc.end, ", past the unit's padded range (",
-               layout.units[u].padded, " elements at ", m_.world_size, " ranks)");
-        }
-        if (pc.master_offset != 0)
-          fail(key + ".master_offset", "is ", pc.master_offset,
-               ", not 0 (a state piece holds no master)");
-        if (pc.state_offsets.size() != ns) {
-          fail(key + ".state_offsets", "has ", pc.state_offsets.size(), " offsets, not ", ns);
-        }
-        piece_bytes(pc, key, false, sd);
-        at = pc.end;
+      unit_states(u, layout.units[u].padded, sd);
+    }
+  }
+
+  // Unit u's parameters; returns the unit as the engine declared it.
+  UnitSpec unit_params(std::size_t u, MomentDType sd) const {
+    const UnitEntry& ue = m_.units[u];
+    const std::string uk = "units[" + std::to_string(u) + "]";
+    if (ue.params.empty()) fail(uk + ".params", "is empty (unit '", ue.name, "')");
+    UnitSpec spec{ue.name, {}};
+    for (std::size_t i = 0; i < ue.params.size(); ++i) {
+      const ParamEntry& p = ue.params[i];
+      const std::string pk = uk + ".params[" + std::to_string(i) + "]";
+      const std::string name = "'" + ue.name + "." + p.name + "'";
+      param_shape(p, pk, name);
+      param_pieces(p, pk, name, sd);
+      spec.params.push_back({p.name, p.shape});
+    }
+    return spec;
+  }
+
+  // The parameter's shape, numel (their product) and dtype (the f32 master).
+  void param_shape(const ParamEntry& p, const std::string& pk, const std::string& name) const {
+    if (p.shape.empty()) fail(pk + ".shape", "is empty (parameter ", name, ")");
+    std::size_t numel = 1;
+    for (std::int64_t e : p.shape) {
+      if (e < 1 || __builtin_mul_overflow(numel, static_cast<std::size_t>(e), &numel) ||
+          numel > kMaxNumel) {
+        fail(pk + ".shape", "has the extent ", e, " (parameter ", name,
+             "): extents are >= 1, their product <= ", kMaxNumel);
       }
+    }
+    if (p.numel != numel) {
+      fail(pk + ".numel", "is ", p.numel, ", not the product of its shape, ", numel, " (parameter ",
+           name, ")");
+    }
+    if (p.dtype != to_string(DType::kF32)) {
+      fail(pk + ".dtype", "is '", p.dtype, "' (parameter ", name,
+           "): the checkpoint holds the f32 master of every parameter");
+    }
+  }
+
+  // The pieces tile [0, numel) (what a load relies on), each with the master and, but for int8
+  // moments (saved by unit range, UnitEntry::states), every state.
+  void param_pieces(const ParamEntry& p, const std::string& pk, const std::string& name,
+                    MomentDType sd) const {
+    const bool by_unit = sd == MomentDType::kInt8;
+    const auto ns = static_cast<std::size_t>(m_.num_states);
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < p.pieces.size(); ++k) {
+      const Piece& pc = p.pieces[k];
+      const std::string key = pk + ".pieces[" + std::to_string(k) + "]";
+      if (pc.begin != at)
+        fail(key + ".begin", "is ", pc.begin, ", not ", at, " (parameter ", name,
+             "'s pieces tile it in order)");
+      if (pc.end > p.numel)
+        fail(key + ".end", "is ", pc.end, ", past numel ", p.numel, " (parameter ", name, ")");
+      if (pc.state_offsets.size() != (by_unit ? 0 : ns)) {
+        fail(key + ".state_offsets", "has ", pc.state_offsets.size(), " offsets, not ",
+             by_unit ? 0 : ns, " (", m_.num_states, " states of ", m_.state_dtype, ")");
+      }
+      piece_bytes(pc, key, true, sd);
+      at = pc.end;
+    }
+    if (at != p.numel) {
+      fail(pk + ".pieces", "cover ", at, " of its ", p.numel, " elements (parameter ", name, ")");
+    }
+  }
+
+  // Unit u's state pieces (int8 moments only): sorted, disjoint, on quantization blocks, within
+  // its `padded` elements, holding every state and no master.
+  void unit_states(std::size_t u, std::size_t padded, MomentDType sd) const {
+    const bool by_unit = sd == MomentDType::kInt8;
+    const auto ns = static_cast<std::size_t>(m_.num_states);
+    const std::vector<Piece>& states = m_.units[u].states;
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      const Piece& pc = states[k];
+      const std::string key = "units[" + std::to_string(u) + "].states[" + std::to_string(k) + "]";
+      if (!by_unit) {
+        fail(key, "is a state piece, but ", m_.state_dtype,
+             " moments are saved with each parameter");
+      }
+      if (pc.begin < at || pc.begin % kInt8MomentBlock != 0) {
+        fail(key + ".begin", "is ", pc.begin,
+             ": state pieces are sorted, disjoint and start on a quantization block (",
+             kInt8MomentBlock, " elements)");
+      }
+      if (pc.end > padded) {
+        fail(key + ".end", "is ", pc.end, ", past the unit's padded range (", padded,
+             " elements at ", m_.world_size, " ranks)");
+      }
+      if (pc.master_offset != 0)
+        fail(key + ".master_offset", "is ", pc.master_offset,
+             ", not 0 (a state piece holds no master)");
+      if (pc.state_offsets.size() != ns) {
+        fail(key + ".state_offsets", "has ", pc.state_offsets.size(), " offsets, not ", ns);
+      }
+      piece_bytes(pc, key, false, sd);
+      at = pc.end;
     }
   }
 

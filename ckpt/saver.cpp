@@ -232,6 +232,67 @@ struct Job {
   std::size_t manifest_units = 0;
 };
 
+// The job of this rank's part of the checkpoint of the engine's current step.
+std::unique_ptr<Job> new_job(Engine& e, const SaveOptions& o) {
+  Communicator& comm = e.comm();
+  auto job = std::make_unique<Job>();
+  job->rank = comm.rank();
+  job->world = comm.size();
+  job->keep = o.keep;
+  job->timeout_s = o.commit_timeout_s > 0 ? o.commit_timeout_s : comm.timeout_s();
+  job->root = o.dir;
+  job->name = step_name(e.training_state().steps);
+  job->tmp = job->root + "/.tmp-" + job->name;
+  return job;
+}
+
+// Local: what the job writes and, on rank 0, the manifest and the temporary directory (clearing
+// what a killed save left). Returns the failure to agree on (null: none).
+std::exception_ptr prepare(Job& job, Engine& e, std::string_view trainer_state,
+                           const std::string& dir) {
+  try {
+    job.layout = rank_layout(e);
+    job.state_bytes = state_bytes(e.optimizer_params().state_dtype(), 1);
+    job.manifest_units = static_cast<std::size_t>(e.num_units());
+    if (job.rank == 0) {
+      job.manifest = manifest_of(e);
+      job.trainer.assign(trainer_state.data(), trainer_state.size());
+      fs::create_directories(job.root);
+      for (const auto& entry : fs::directory_iterator(job.root)) {
+        const std::string n = entry.path().filename().string();
+        if (n.rfind(".tmp-step-", 0) == 0) fs::remove_all(entry.path());
+      }
+      fs::create_directory(job.tmp);
+    }
+  } catch (const fs::filesystem_error& fe) {
+    return std::make_exception_ptr(
+        Error(ErrorCode::kIO, std::string("checkpoint save into '") + dir + "': " + fe.what()));
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// Synchronous: the job run unit by unit through one host buffer, from whichever tier holds the
+// state. Returns the failure to agree on (null: none).
+std::exception_ptr write_now(Job& job, Engine& e) {
+  UnitData buffer;
+  UnitId cached = -1;
+  job.source = [&](UnitId u) -> const UnitData& {
+    if (u != cached) {
+      copy_unit(e, u, buffer);
+      cached = u;
+    }
+    return buffer;
+  };
+  try {
+    job.run();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 struct Saver::Impl {
@@ -246,6 +307,34 @@ struct Saver::Impl {
   void join() {
     if (worker.joinable()) worker.join();
     job.reset();
+  }
+
+  // Asynchronous: every unit this rank writes copied to host memory now (the snapshot), then
+  // written from it on the worker thread; its failure is kept for the next wait.
+  void start(std::unique_ptr<Job> next) {
+    next->snapshot.resize(static_cast<std::size_t>(engine.num_units()));
+    if (!next->layout.file.empty()) {
+      for (UnitId u = 0; u < engine.num_units(); ++u)
+        copy_unit(engine, u, next->snapshot[static_cast<std::size_t>(u)]);
+    }
+    Job* j = next.get();
+    j->source = [j](UnitId u) -> const UnitData& {
+      return j->snapshot[static_cast<std::size_t>(u)];
+    };
+    job = std::move(next);
+    try {
+      worker = std::thread([this, j] {
+        try {
+          j->run();
+        } catch (...) {
+          error = std::current_exception();
+        }
+      });
+    } catch (const std::system_error& err) {  // the kernel refused a thread
+      job.reset();
+      ZERO_THROW(kOutOfMemory, "checkpoint save to '", options.dir,
+                 "': cannot start the asynchronous writer thread (", err.what(), ")");
+    }
   }
 };
 
@@ -277,14 +366,12 @@ void Saver::wait() {
 SaveInfo Saver::save(std::string_view trainer_state) {
   Impl& s = *impl_;
   Engine& e = s.engine;
-  Communicator& comm = e.comm();
   const auto t0 = std::chrono::steady_clock::now();
   ZERO_CHECK(e.micro_step() == 0, kInvalidArgument, "checkpoint save: the engine is ",
              e.micro_step(),
              " micro-step(s) into an accumulation window; save after the step() "
              "that ends it (StepResult::boundary)");
   wait();  // the previous asynchronous save, committed on every rank
-  std::exception_ptr local;
   SaveInfo info;
   info.path = s.options.dir + "/" + step_name(e.training_state().steps);
   info.steps = e.training_state().steps;
@@ -296,84 +383,16 @@ SaveInfo Saver::save(std::string_view trainer_state) {
     if (!s.options.async) agree(e.world(), nullptr);  // the files written and committed
     return info;
   }
-
-  auto job = std::make_unique<Job>();
-  job->rank = comm.rank();
-  job->world = comm.size();
-  job->keep = s.options.keep;
-  job->timeout_s = s.options.commit_timeout_s > 0 ? s.options.commit_timeout_s : comm.timeout_s();
-  job->root = s.options.dir;
-  job->name = step_name(e.training_state().steps);
-  job->tmp = job->root + "/.tmp-" + job->name;
-  // Rank 0 makes the temporary directory (clearing what a killed save left); all wait for it.
-  local = nullptr;
-  try {
-    job->layout = rank_layout(e);
-    job->state_bytes = state_bytes(e.optimizer_params().state_dtype(), 1);
-    job->manifest_units = static_cast<std::size_t>(e.num_units());
-    if (job->rank == 0) {
-      job->manifest = manifest_of(e);
-      job->trainer.assign(trainer_state.data(), trainer_state.size());
-      fs::create_directories(job->root);
-      for (const auto& entry : fs::directory_iterator(job->root)) {
-        const std::string n = entry.path().filename().string();
-        if (n.rfind(".tmp-step-", 0) == 0) fs::remove_all(entry.path());
-      }
-      fs::create_directory(job->tmp);
-    }
-  } catch (const fs::filesystem_error& fe) {
-    local = std::make_exception_ptr(Error(
-        ErrorCode::kIO, std::string("checkpoint save into '") + s.options.dir + "': " + fe.what()));
-  } catch (...) {
-    local = std::current_exception();
-  }
-  agree(e.world(), local);
+  std::unique_ptr<Job> job = new_job(e, s.options);
+  // Rank 0 makes the temporary directory; all wait for it.
+  agree(e.world(), prepare(*job, e, trainer_state, s.options.dir));
   info.bytes = job->layout.bytes;
   if (s.options.async) {
-    // The snapshot: every unit this rank writes, copied to host memory now.
-    job->snapshot.resize(static_cast<std::size_t>(e.num_units()));
-    if (!job->layout.file.empty()) {
-      for (UnitId u = 0; u < e.num_units(); ++u)
-        copy_unit(e, u, job->snapshot[static_cast<std::size_t>(u)]);
-    }
-    Job* j = job.get();
-    j->source = [j](UnitId u) -> const UnitData& {
-      return j->snapshot[static_cast<std::size_t>(u)];
-    };
-    s.job = std::move(job);
-    try {
-      s.worker = std::thread([&s, j] {
-        try {
-          j->run();
-        } catch (...) {
-          s.error = std::current_exception();
-        }
-      });
-    } catch (const std::system_error& err) {  // the kernel refused a thread
-      s.job.reset();
-      ZERO_THROW(kOutOfMemory, "checkpoint save to '", s.options.dir,
-                 "': cannot start the asynchronous writer thread (", err.what(), ")");
-    }
+    s.start(std::move(job));
     info.snapshot_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return info;
   }
-  // Synchronous: unit by unit through one host buffer, from whichever tier holds the state.
-  UnitData buffer;
-  UnitId cached = -1;
-  job->source = [&](UnitId u) -> const UnitData& {
-    if (u != cached) {
-      copy_unit(e, u, buffer);
-      cached = u;
-    }
-    return buffer;
-  };
-  local = nullptr;
-  try {
-    job->run();
-  } catch (...) {
-    local = std::current_exception();
-  }
-  agree(e.world(), local);
+  agree(e.world(), write_now(*job, e));
   return info;
 }
 

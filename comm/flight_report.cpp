@@ -90,10 +90,10 @@ RankRecord read_group(const json& g, const std::string& file, const std::string&
   return r;
 }
 
-}  // namespace
+namespace fs = std::filesystem;
 
-std::string flight_report(const std::string& dir) {
-  namespace fs = std::filesystem;
+// The flight_rank<r>.json files in `dir`. Throws kIO when it cannot be listed or has none.
+std::vector<fs::path> record_files(const std::string& dir) {
   std::error_code ec;
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -105,8 +105,16 @@ std::string flight_report(const std::string& dir) {
   ZERO_CHECK(!ec, kIO, "flight records: cannot list ", dir, ": ", ec.message());
   ZERO_CHECK(!files.empty(), kIO, "flight records: no flight_rank<r>.json in ", dir,
              " (set comm_flight_dir, or CommOptions::flight_dir, for the ranks to write them)");
-  // Each file's largest group: the world (splits are reported by their own group, not here).
-  std::map<std::vector<int>, std::map<int, RankRecord>> groups;
+  return files;
+}
+
+// Group ranks -> rank -> its record.
+using Groups = std::map<std::vector<int>, std::map<int, RankRecord>>;
+
+// Each file's largest group: the world (splits are reported by their own group, not here).
+// Throws kCorruption naming a file that is not a flight record.
+Groups read_groups(const std::vector<fs::path>& files) {
+  Groups groups;
   for (const fs::path& path : files) {
     std::ifstream in(path);
     json j;
@@ -125,37 +133,44 @@ std::string flight_report(const std::string& dir) {
       ZERO_THROW(kCorruption, "flight record ", path.string(), " is not one: ", e.what());
     }
   }
-  ZERO_CHECK(!groups.empty(), kIO, "flight records in ", dir, " hold no collective group");
-  auto world = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    return a.first.size() < b.first.size();
-  });
-  const std::vector<int>& ranks = world->first;
-  const std::map<int, RankRecord>& recs = world->second;
+  return groups;
+}
 
-  std::string out =
-      detail::cat("flight records of ", recs.size(), " of ", ranks.size(), " ranks in ", dir, "\n");
+// How far the recorded ranks got: those without a record, and the lowest and highest next
+// collective of those with one.
+struct Progress {
   std::vector<int> missing;
   std::uint64_t lowest = UINT64_MAX, highest = 0;
+};
+
+// A line per rank of the group: where it is, its phase and why it wrote the record.
+std::string rank_lines(const std::vector<int>& ranks, const std::map<int, RankRecord>& recs,
+                       Progress& progress) {
+  std::string out;
   for (int r : ranks) {
     const auto it = recs.find(r);
     if (it == recs.end()) {
-      missing.push_back(r);
+      progress.missing.push_back(r);
       out += detail::cat("  rank ", r, ": no record (stopped, killed, or writing none)\n");
       continue;
     }
     const RankRecord& rec = it->second;
-    lowest = std::min(lowest, rec.next());
-    highest = std::max(highest, rec.next());
+    progress.lowest = std::min(progress.lowest, rec.next());
+    progress.highest = std::max(progress.highest, rec.next());
     std::string reason = rec.reason.substr(0, 60);
     if (rec.reason.size() > 60) reason += "...";
     out += detail::cat("  rank ", r, ": ", where(rec), phase_text(rec), " [", reason, "]\n");
   }
-  // The verdict: the ranks behind and where the others wait. While some rank waits in a
-  // collective, the furthest such collective (`front`) is what the group waits for: a rank is
-  // behind when it waits at an earlier one, or waits at none and has not issued `front` (it
-  // stopped between collectives). When no rank waits, the ranks that issued the fewest are.
+  return out;
+}
+
+// The verdict: the ranks behind and where the others wait. While some rank waits in a
+// collective, the furthest such collective (`front`) is what the group waits for: a rank is
+// behind when it waits at an earlier one, or waits at none and has not issued `front` (it
+// stopped between collectives). When no rank waits, the ranks that issued the fewest are.
+std::vector<std::string> verdict(const std::map<int, RankRecord>& recs, const Progress& progress) {
   std::vector<std::string> parts;
-  for (int r : missing) {
+  for (int r : progress.missing) {
     std::string s = detail::cat("rank ", r, " has no record");
     if (!recs.empty()) {
       s += detail::cat(" (stopped or killed: it has not joined what the others wait for)");
@@ -170,8 +185,9 @@ std::string flight_report(const std::string& dir) {
   }
   std::map<std::uint64_t, std::vector<int>> waiting;  // open seq -> ranks
   for (const auto& [r, rec] : recs) {
-    const bool behind = any_open ? (rec.open ? rec.open_seq < front : rec.next() <= front)
-                                 : lowest < highest && rec.next() == lowest;
+    const bool behind = any_open
+                            ? (rec.open ? rec.open_seq < front : rec.next() <= front)
+                            : progress.lowest < progress.highest && rec.next() == progress.lowest;
     if (behind) {
       std::string s = detail::cat("rank ", r, " stopped ", where(rec), phase_text(rec));
       if (!rec.open) s += detail::cat(" (seq ", front, " never issued)");
@@ -185,6 +201,25 @@ std::string flight_report(const std::string& dir) {
     parts.push_back(detail::cat(rank_list(rs), " wait", rs.size() == 1 ? "s" : "", " at ", call));
   }
   if (parts.empty()) parts.push_back("every rank is at the same place: none waits on another");
+  return parts;
+}
+
+}  // namespace
+
+std::string flight_report(const std::string& dir) {
+  const Groups groups = read_groups(record_files(dir));
+  ZERO_CHECK(!groups.empty(), kIO, "flight records in ", dir, " hold no collective group");
+  auto world = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    return a.first.size() < b.first.size();
+  });
+  const std::vector<int>& ranks = world->first;
+  const std::map<int, RankRecord>& recs = world->second;
+
+  std::string out =
+      detail::cat("flight records of ", recs.size(), " of ", ranks.size(), " ranks in ", dir, "\n");
+  Progress progress;
+  out += rank_lines(ranks, recs, progress);
+  const std::vector<std::string> parts = verdict(recs, progress);
   out += "=> ";
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (i > 0) out += "; ";

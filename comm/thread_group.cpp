@@ -341,6 +341,121 @@ namespace {
   std::_Exit(kStuckRankExitCode);
 }
 
+// Which ranks of run() have returned, for its join (guarded by mu).
+struct Returns {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<char> returned;
+  explicit Returns(int size) : returned(static_cast<std::size_t>(size), 0) {}
+  // REQUIRES: mu held. Whether the first `started` ranks have all returned.
+  bool all(std::size_t started) const {
+    for (std::size_t r = 0; r < started; ++r) {
+      if (!returned[r]) return false;
+    }
+    return true;
+  }
+};
+
+// Rank r's thread of run(): fn on its communicator; a failure is kept in `error` and fails the
+// group (with its message) before the rank leaves it.
+void run_rank(ThreadGroup& group, int r, int size, const std::function<void(Communicator&)>& fn,
+              std::exception_ptr& error, Returns& returns) {
+  set_log_rank(r);
+  {
+    // The communicator outlives the catch: the group learns of the failure (with its message)
+    // before this rank leaves it.
+    std::unique_ptr<Communicator> comm;
+    try {
+      try {
+        comm = group.communicator(r);
+      } catch (const std::system_error& e) {  // the kernel refused its worker thread
+        ZERO_THROW(kOutOfMemory, "could not start the communicator thread of rank ", r, " of ",
+                   size, ": ", e.what());
+      }
+      fn(*comm);
+    } catch (...) {
+      error = std::current_exception();
+      std::string what = "unknown exception";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      group.fail(r, what);
+    }
+  }
+  std::lock_guard lock(returns.mu);
+  returns.returned[static_cast<std::size_t>(r)] = 1;
+  returns.cv.notify_all();
+}
+
+// Starts rank r's thread (`rank_main(r)`) for every rank until the group fails. A thread the
+// kernel refuses fails the group; its error is returned (null: every rank started).
+template <typename RankMain>
+std::exception_ptr start_ranks(ThreadGroup& group, World& world, int size,
+                               std::vector<std::thread>& threads, RankMain& rank_main) {
+  threads.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    // Once the group has failed, a rank started now would only fail in turn.
+    if (world.failed.load(std::memory_order_acquire)) break;
+    try {
+      threads.emplace_back(rank_main, r);
+    } catch (const std::exception& e) {
+      const std::string why =
+          detail::cat("could not start the thread of rank ", r, " of ", size, ": ", e.what());
+      std::exception_ptr error =
+          std::make_exception_ptr(Error(ErrorCode::kOutOfMemory, why, __FILE__, __LINE__));
+      group.fail(r, why);
+      return error;
+    }
+  }
+  return nullptr;
+}
+
+// Waits until the `started` ranks have returned, but once the group has failed gives the ranks
+// still running kRankExitGraceS to notice (at their next collective) and return, then ends the
+// process. Without a failure there is no deadline: a rank may legitimately work on alone after
+// the others returned (rank 0 evaluating, saving).
+void await_ranks(World& world, Returns& returns, std::size_t started, int size) {
+  const auto grace =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRankExitGraceS));
+  std::unique_lock lock(returns.mu);
+  while (!returns.all(started)) {
+    returns.cv.wait_for(lock, std::chrono::milliseconds(20));  // also polls world.failed
+    if (returns.all(started) || !world.failed.load(std::memory_order_acquire)) continue;
+    Clock::time_point failed_at;
+    {
+      std::lock_guard world_lock(world.mu);
+      failed_at = world.failed_at;
+    }
+    if (Clock::now() < failed_at + grace) continue;
+    std::vector<int> stuck;
+    for (std::size_t r = 0; r < started; ++r) {
+      if (!returns.returned[r]) stuck.push_back(static_cast<int>(r));
+    }
+    end_process_for_stuck_ranks(world, stuck, size, kRankExitGraceS);
+  }
+}
+
+// The root cause is the rank that failed first; the others' errors are consequences.
+void rethrow_first_failure(World& world, const std::vector<std::exception_ptr>& errors,
+                           const std::exception_ptr& spawn_error) {
+  int first = -1;
+  {
+    std::lock_guard lock(world.mu);
+    first = world.failed_rank;
+  }
+  const auto size = static_cast<int>(errors.size());
+  if (first >= 0 && first < size && errors[static_cast<std::size_t>(first)]) {
+    std::rethrow_exception(errors[static_cast<std::size_t>(first)]);
+  }
+  if (spawn_error) std::rethrow_exception(spawn_error);
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 }  // namespace
 
 int ThreadGroup::max_size(std::string* why) {
@@ -362,100 +477,17 @@ void ThreadGroup::run(int size, const std::function<void(Communicator&)>& fn, do
   ThreadGroup group(size, timeout_s);
   World& world = *group.state_->world;
   std::vector<std::exception_ptr> errors(size);
-  // Which ranks have returned, for the join below (guarded by exit_mu).
-  std::mutex exit_mu;
-  std::condition_variable exit_cv;
-  std::vector<char> returned(size, 0);
+  Returns returns(size);
   // Every capture is a local of this frame: run() neither returns nor throws while a rank thread
   // is alive (it joins them all, or ends the process), so the references stay valid.
   auto rank_main = [&](int r) {
-    set_log_rank(r);
-    {
-      // The communicator outlives the catch: the group learns of the failure (with its message)
-      // before this rank leaves it.
-      std::unique_ptr<Communicator> comm;
-      try {
-        try {
-          comm = group.communicator(r);
-        } catch (const std::system_error& e) {  // the kernel refused its worker thread
-          ZERO_THROW(kOutOfMemory, "could not start the communicator thread of rank ", r, " of ",
-                     size, ": ", e.what());
-        }
-        fn(*comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        std::string what = "unknown exception";
-        try {
-          throw;
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        group.fail(r, what);
-      }
-    }
-    std::lock_guard lock(exit_mu);
-    returned[r] = 1;
-    exit_cv.notify_all();
+    run_rank(group, r, size, fn, errors[static_cast<std::size_t>(r)], returns);
   };
   std::vector<std::thread> threads;
-  threads.reserve(size);
-  std::exception_ptr spawn_error;
-  for (int r = 0; r < size; ++r) {
-    // Once the group has failed, a rank started now would only fail in turn.
-    if (world.failed.load(std::memory_order_acquire)) break;
-    try {
-      threads.emplace_back(rank_main, r);
-    } catch (const std::exception& e) {
-      const std::string why =
-          detail::cat("could not start the thread of rank ", r, " of ", size, ": ", e.what());
-      spawn_error =
-          std::make_exception_ptr(Error(ErrorCode::kOutOfMemory, why, __FILE__, __LINE__));
-      group.fail(r, why);
-      break;
-    }
-  }
-  // Join, but once the group has failed give the ranks still running kRankExitGraceS to notice
-  // (at their next collective) and return. Without a failure there is no deadline: a rank may
-  // legitimately work on alone after the others returned (rank 0 evaluating, saving).
-  const auto grace =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRankExitGraceS));
-  {
-    std::unique_lock lock(exit_mu);
-    const auto all_returned = [&] {
-      for (std::size_t r = 0; r < threads.size(); ++r) {
-        if (!returned[r]) return false;
-      }
-      return true;
-    };
-    while (!all_returned()) {
-      exit_cv.wait_for(lock, std::chrono::milliseconds(20));  // also polls world.failed
-      if (all_returned() || !world.failed.load(std::memory_order_acquire)) continue;
-      Clock::time_point failed_at;
-      {
-        std::lock_guard world_lock(world.mu);
-        failed_at = world.failed_at;
-      }
-      if (Clock::now() < failed_at + grace) continue;
-      std::vector<int> stuck;
-      for (std::size_t r = 0; r < threads.size(); ++r) {
-        if (!returned[r]) stuck.push_back(static_cast<int>(r));
-      }
-      end_process_for_stuck_ranks(world, stuck, size, kRankExitGraceS);
-    }
-  }
+  const std::exception_ptr spawn_error = start_ranks(group, world, size, threads, rank_main);
+  await_ranks(world, returns, threads.size(), size);
   for (auto& t : threads) t.join();
-  // The root cause is the rank that failed first; the others' errors are consequences.
-  int first = -1;
-  {
-    std::lock_guard lock(world.mu);
-    first = world.failed_rank;
-  }
-  if (first >= 0 && first < size && errors[first]) std::rethrow_exception(errors[first]);
-  if (spawn_error) std::rethrow_exception(spawn_error);
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  rethrow_first_failure(world, errors, spawn_error);
 }
 
 }  // namespace zero

@@ -132,6 +132,17 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
   engine = std::make_unique<Engine>(comm, config, options);
   w = engine->param_dtype();
   shard_params = engine->stage() == 3;
+  declare_units(group_of);
+  broadcast_values();
+  bind_params();
+  waiting.resize(units.size());
+  for (std::size_t uid = 0; uid < units.size(); ++uid) waiting[uid] = trainable_params(uid);
+  handed.assign(units.size(), false);
+  target->impl = this;
+  watch_operators(std::move(origin));
+}
+
+void Optimizer::Impl::declare_units(const std::unordered_map<const void*, int>& group_of) {
   for (const TensorUnit& tu : units) {
     UnitSpec spec{tu.name, {}};
     for (std::size_t i = 0; i < tu.params.size(); ++i) {
@@ -149,8 +160,10 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
     }
     engine->add_unit(std::move(spec));
   }
-  // Rank 0's values, on every rank (DDP's broadcast at construction), become the engine's.
-  params.resize(units.size());
+}
+
+// Rank 0's values, on every rank (DDP's broadcast at construction), become the engine's.
+void Optimizer::Impl::broadcast_values() {
   for (UnitId uid = 0; uid < static_cast<UnitId>(units.size()); ++uid) {
     const TensorUnit& tu = units[static_cast<std::size_t>(uid)];
     std::size_t total = 0;
@@ -170,9 +183,13 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
       offset += n;
     }
   }
-  // The module's tensors become views of the engine's working copy (stage 3: empty until an
-  // operator reads them). set_data keeps each tensor's identity; it resets a gradient
-  // accumulator made for the old dtype, so the accumulators are taken after it.
+}
+
+// The module's tensors become views of the engine's working copy (stage 3: empty until an
+// operator reads them). set_data keeps each tensor's identity; it resets a gradient accumulator
+// made for the old dtype, so the accumulators are taken after it.
+void Optimizer::Impl::bind_params() {
+  params.resize(units.size());
   for (UnitId uid = 0; uid < static_cast<UnitId>(units.size()); ++uid) {
     const TensorUnit& tu = units[static_cast<std::size_t>(uid)];
     auto& ps = params[static_cast<std::size_t>(uid)];
@@ -201,11 +218,10 @@ Optimizer::Impl::Impl(Communicator& c, std::vector<TensorUnit> u, const Config& 
       ps.push_back(std::move(p));
     }
   }
-  waiting.resize(units.size());
-  for (std::size_t uid = 0; uid < units.size(); ++uid) waiting[uid] = trainable_params(uid);
-  handed.assign(units.size(), false);
-  target->impl = this;
-  // Every stage watches the handed-over gradients; stage 3 also gathers on use.
+}
+
+// Every stage watches the handed-over gradients; stage 3 also gathers on use.
+void Optimizer::Impl::watch_operators(std::vector<int> origin) {
   std::vector<std::vector<c10::StorageImpl*>> storages(units.size());
   if (shard_params)
     for (std::size_t uid = 0; uid < units.size(); ++uid)

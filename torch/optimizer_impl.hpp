@@ -63,6 +63,13 @@ struct Optimizer::Impl {
   void raise_gather_error() const;
   void unhook();
   void own_values(bool gather);  // every parameter gets its own storage back
+  // The constructor's steps, in order: the units declared to the engine (each parameter's group),
+  // rank 0's values broadcast into it, the module's tensors bound to its storage and hooked,
+  // the operator watch made (origin: checked()'s unit of each engine unit).
+  void declare_units(const std::unordered_map<const void*, int>& group_of);
+  void broadcast_values();
+  void bind_params();
+  void watch_operators(std::vector<int> origin);
   // Unit u's parameters that get a gradient (a frozen unit's: none).
   int trainable_params(std::size_t u) const {
     int n = 0;
