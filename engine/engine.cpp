@@ -317,37 +317,80 @@ detail::StepOptions Engine::Impl::step_options(double coef) const {
   return o;
 }
 
-StepResult Engine::step_impl() {
-  Impl& m = *impl_;
-  StepResult res;
-  if (m.ownership == detail::Ownership::kManaged) {
-    for (UnitId u = 0; u < static_cast<int>(m.specs.size()); ++u) {
-      ZERO_CHECK(m.reducer->ready(u) || m.unit_place(u).frozen, kInvalidArgument, "step(): unit '",
-                 m.name(u), "' has no gradients this micro-step (call grads_ready for every unit)");
+void Engine::Impl::end_micro_step() {
+  if (ownership == detail::Ownership::kManaged) {
+    for (UnitId u = 0; u < static_cast<int>(specs.size()); ++u) {
+      ZERO_CHECK(reducer->ready(u) || unit_place(u).frozen, kInvalidArgument, "step(): unit '",
+                 name(u), "' has no gradients this micro-step (call grads_ready for every unit)");
       // A gathered stage-3 copy still held by the trainer would miss the update.
-      ZERO_CHECK(m.gatherer->holders(u) == 0 || m.unit_place(u).kept_whole, kInvalidArgument,
-                 "step(): unit '", m.name(u),
+      ZERO_CHECK(gatherer->holders(u) == 0 || unit_place(u).kept_whole, kInvalidArgument,
+                 "step(): unit '", name(u),
                  "' is still gathered (release its GatherGuard before step())");
     }
   } else {
-    m.reducer->take_trainer_grads();
+    reducer->take_trainer_grads();
   }
-  m.reducer->set_final_micro_step(m.final_micro_step());  // reductions still in flight land here
-  m.reducer->end_micro_step();
-  m.gatherer->end_micro_step();
+  reducer->set_final_micro_step(final_micro_step());  // reductions still in flight land here
+  reducer->end_micro_step();
+  gatherer->end_micro_step();
+}
+
+detail::GradTotals Engine::Impl::reduce_window() {
+  detail::PhaseTimer phase(window.reduce_s, tracer, TraceLane::kEngine, "reduce");
+  reducer->reduce_at_boundary();
+  const detail::GradTotals totals = reducer->totals();
+  reducer->end_window();
+  return totals;
+}
+
+void Engine::Impl::skip_step(StepResult& res) {
+  // Every rank saw every rank's flag: all skip together. No state is touched (the step during
+  // backward is dropped).
+  window.speculated_units += optimizer->settle(/*commit=*/false).units;
+  scaler.update(/*overflow=*/true);
+  ++skipped;
+  res.applied = false;
+  res.grad_norm = std::numeric_limits<double>::infinity();
+  res.loss_scale = scaler.scale();
+  res.skipped = skipped;
+  if (!cfg.fp16.enabled) {
+    ZERO_LOG(kWarn, "non-finite gradients at step ", steps + 1, ": step skipped");
+  }
+}
+
+void Engine::Impl::apply_step(StepResult& res, double coef) {
+  const detail::StepOptions so = step_options(coef);
+  {
+    detail::PhaseTimer phase(window.optimizer_s, tracer, TraceLane::kEngine, "optimizer");
+    // The step during backward ran with coefficient 1: its results are this step's exactly
+    // when clipping does not engage; otherwise its units are stepped again from their state.
+    const detail::Settled spec = optimizer->settle(/*commit=*/coef == 1.0);
+    window.speculated_units += spec.units;
+    if (coef != 1.0) window.redone_units += spec.units;
+    optimizer->step(so.groups, so.step, so.grad_scale);
+  }
+  {
+    detail::PhaseTimer phase(window.param_gather_s, tracer, TraceLane::kEngine, "gather updated");
+    gatherer->gather_updated();
+  }
+  ++steps;
+  scaler.update(/*overflow=*/false);
+  res.applied = true;
+  res.steps = steps;
+  res.loss_scale = scaler.scale();
+}
+
+StepResult Engine::step_impl() {
+  Impl& m = *impl_;
+  StepResult res;
+  m.end_micro_step();
   res.loss_scale = m.scaler.scale();
   res.steps = m.steps;
   res.skipped = m.skipped;
   const std::int64_t accumulation = m.cfg.gradient_accumulation_steps;
   if (m.reducer->micro_steps() < accumulation) return res;
   res.boundary = true;
-
-  std::optional<detail::PhaseTimer> reduce_phase;
-  reduce_phase.emplace(m.window.reduce_s, m.tracer, TraceLane::kEngine, "reduce");
-  m.reducer->reduce_at_boundary();
-  const detail::GradTotals totals = m.reducer->totals();
-  m.reducer->end_window();
-  reduce_phase.reset();
+  const detail::GradTotals totals = m.reduce_window();
   // DeepSpeed's accumulation: the step's gradient is the mean over the micro-steps (the ranks
   // were averaged by the reductions), so the norm and the update divide the sum by A.
   const double scale = m.scaler.scale();
@@ -357,18 +400,7 @@ StepResult Engine::step_impl() {
   // lr after the scheduler's (k-2)-th step, lr(-1) being what its constructor set.
   res.lr = m.schedule.lr(m.steps - 1);
   if (totals.non_finite) {
-    // Every rank saw every rank's flag: all skip together. No state is touched (the step
-    // during backward is dropped).
-    m.window.speculated_units += m.optimizer->settle(/*commit=*/false).units;
-    m.scaler.update(/*overflow=*/true);
-    ++m.skipped;
-    res.applied = false;
-    res.grad_norm = std::numeric_limits<double>::infinity();
-    res.loss_scale = m.scaler.scale();
-    res.skipped = m.skipped;
-    if (!m.cfg.fp16.enabled) {
-      ZERO_LOG(kWarn, "non-finite gradients at step ", m.steps + 1, ": step skipped");
-    }
+    m.skip_step(res);
     return res;
   }
   double coef = 1.0;
@@ -377,26 +409,7 @@ StepResult Engine::step_impl() {
     coef = std::min(1.0, m.cfg.gradient_clipping / (res.grad_norm + 1e-6));
   }
   res.clip_coef = coef;
-  const detail::StepOptions so = m.step_options(coef);
-  {
-    detail::PhaseTimer phase(m.window.optimizer_s, m.tracer, TraceLane::kEngine, "optimizer");
-    // The step during backward ran with coefficient 1: its results are this step's exactly
-    // when clipping does not engage; otherwise its units are stepped again from their state.
-    const detail::Settled spec = m.optimizer->settle(/*commit=*/coef == 1.0);
-    m.window.speculated_units += spec.units;
-    if (coef != 1.0) m.window.redone_units += spec.units;
-    m.optimizer->step(so.groups, so.step, so.grad_scale);
-  }
-  {
-    detail::PhaseTimer phase(m.window.param_gather_s, m.tracer, TraceLane::kEngine,
-                             "gather updated");
-    m.gatherer->gather_updated();
-  }
-  ++m.steps;
-  m.scaler.update(/*overflow=*/false);
-  res.applied = true;
-  res.steps = m.steps;
-  res.loss_scale = m.scaler.scale();
+  m.apply_step(res, coef);
   return res;
 }
 

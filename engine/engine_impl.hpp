@@ -168,6 +168,14 @@ struct Engine::Impl final : detail::ShardAccess {
   // schedule) with clip coefficient `coef`: what step() runs with, and with coef 1 what the
   // step during backward (offload_optimizer.overlap_step) speculates with.
   detail::StepOptions step_options(double coef) const;
+  // step()'s steps (engine.cpp): the micro-step's end (every unit's gradients in, none still
+  // gathered; attach mode takes the trainer's), the window's reduction (its gradient totals), and
+  // at the boundary the skipped step (non-finite gradients) or the applied one (clip coefficient
+  // `coef`), each filling its part of `res`.
+  void end_micro_step();
+  detail::GradTotals reduce_window();
+  void skip_step(StepResult& res);
+  void apply_step(StepResult& res, double coef);
   // overlap_step: whether the micro-step under way ends the accumulation window (its reduced
   // shards are final for the step).
   bool final_micro_step() const {

@@ -103,6 +103,12 @@ class OffloadedOptimizer final : public ShardOptimizer {
   };
   void worker_loop();
   int spec_units(const std::vector<SpecJob>& batch);  // on the worker
+  // spec_units' steps: a chunk's operands, the job's pinned chunks in the window (whether any
+  // was held), the swap file's chunks of the units in `nvme`.
+  ShardRef spec_ref(std::size_t c, const char* grads, float* master, char* const* states,
+                    void* copy) const;
+  bool spec_pinned(const SpecJob& job);
+  void spec_nvme(std::vector<SpecJob> nvme);
   // The fused host step of chunk c on `part` (its grads, master, states and copy set), runs
   // gathered into `runs`; a kOptimizer region named `what`.
   void host_step(const std::vector<OptimizerParams>& groups, std::size_t c, ShardRef& part,

@@ -74,52 +74,15 @@ void OffloadedOptimizer::worker_loop() {
   }
 }
 
-// On the worker: the batch's units' chunks stepped apart from the state. Returns how many units
-// had a chunk held.
+// On the worker: the batch's units' chunks stepped apart from the state, the pinned ones job by
+// job, then the swap file's. Returns how many units had a chunk held.
 int OffloadedOptimizer::spec_units(const std::vector<SpecJob>& batch) {
-  const StepOptions& o = spec_options_;
-  const std::size_t rs = dtype_size(r_);
-  const int ns = params_.num_states();
-  const MomentDType sd = params_.state_dtype();
-  auto chunk_ref = [&](std::size_t c, const char* grads, float* master, char* const* states,
-                       void* copy) {
-    const Chunk& ch = placement_.chunks[c];
-    ShardRef part;
-    part.count = ch.count;
-    part.master = master;
-    part.grad = grads + ch.at * rs;
-    part.grad_dtype = r_;
-    for (int k = 0; k < ns; ++k) part.state[k] = states[k];
-    if (w_ != DType::kF32) {
-      part.param_copy = copy;
-      part.param_copy_dtype = w_;
-    }
-    return part;
-  };
   int held_units = 0;
   std::vector<SpecJob> nvme;  // the units with chunks in the swap file
   for (const SpecJob& job : batch) {
     const auto ui = static_cast<std::size_t>(job.unit);
     const std::size_t c0 = placement_.unit_chunk[ui], c1 = placement_.unit_chunk[ui + 1];
-    bool held = false;
-    // Pinned chunks: copied into the window's next buffer and stepped there, while it lasts.
-    for (std::size_t c = c0; c < std::min(c1, placement_.nvme_chunk); ++c) {
-      if (window_used_ == window_.size()) break;  // the rest are stepped at the boundary
-      const Chunk& ch = placement_.chunks[c];
-      const std::size_t slot = window_used_++;
-      char* st[2] = {};
-      std::memcpy(window_part(slot, 0), master(ch.unit) + ch.at, ch.count * 4);
-      for (int k = 0; k < ns; ++k) {
-        st[k] = window_part(slot, 1 + k);
-        std::memcpy(st[k], state(ch.unit, k) + state_bytes(sd, ch.at), state_bytes(sd, ch.count));
-      }
-      ShardRef part = chunk_ref(c, job.grads, reinterpret_cast<float*>(window_part(slot, 0)), st,
-                                window_part(slot, 1 + ns));
-      host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale,
-                "optimizer chunk (speculative)");
-      spec_slot_[c] = slot + 1;
-      held = true;
-    }
+    bool held = spec_pinned(job);
     // Before the file's first write there is nothing to read: stepped at the boundary.
     if (c1 > std::max(c0, placement_.nvme_chunk) && nvme_written_) {
       nvme.push_back(job);
@@ -127,8 +90,62 @@ int OffloadedOptimizer::spec_units(const std::vector<SpecJob>& batch) {
     }
     held_units += held ? 1 : 0;
   }
-  // NVMe chunks: read from the current slot, stepped in the staging buffer, written to the
-  // alternate slot; units whose chunks follow one another in one pass, in file order.
+  spec_nvme(std::move(nvme));
+  return held_units;
+}
+
+// Chunk c of the speculative step on the given master, states and (16-bit working parameters)
+// updated copy, with the gradients of its unit at `grads`.
+ShardRef OffloadedOptimizer::spec_ref(std::size_t c, const char* grads, float* master,
+                                      char* const* states, void* copy) const {
+  const Chunk& ch = placement_.chunks[c];
+  ShardRef part;
+  part.count = ch.count;
+  part.master = master;
+  part.grad = grads + ch.at * dtype_size(r_);
+  part.grad_dtype = r_;
+  for (int k = 0; k < params_.num_states(); ++k) part.state[k] = states[k];
+  if (w_ != DType::kF32) {
+    part.param_copy = copy;
+    part.param_copy_dtype = w_;
+  }
+  return part;
+}
+
+// The job's pinned chunks: copied into the window's next buffer and stepped there, while it
+// lasts (the rest are stepped at the boundary). Whether any was held.
+bool OffloadedOptimizer::spec_pinned(const SpecJob& job) {
+  const StepOptions& o = spec_options_;
+  const int ns = params_.num_states();
+  const MomentDType sd = params_.state_dtype();
+  const auto ui = static_cast<std::size_t>(job.unit);
+  const std::size_t c0 = placement_.unit_chunk[ui], c1 = placement_.unit_chunk[ui + 1];
+  bool held = false;
+  for (std::size_t c = c0; c < std::min(c1, placement_.nvme_chunk); ++c) {
+    if (window_used_ == window_.size()) break;
+    const Chunk& ch = placement_.chunks[c];
+    const std::size_t slot = window_used_++;
+    char* st[2] = {};
+    std::memcpy(window_part(slot, 0), master(ch.unit) + ch.at, ch.count * 4);
+    for (int k = 0; k < ns; ++k) {
+      st[k] = window_part(slot, 1 + k);
+      std::memcpy(st[k], state(ch.unit, k) + state_bytes(sd, ch.at), state_bytes(sd, ch.count));
+    }
+    ShardRef part = spec_ref(c, job.grads, reinterpret_cast<float*>(window_part(slot, 0)), st,
+                             window_part(slot, 1 + ns));
+    host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale, "optimizer chunk (speculative)");
+    spec_slot_[c] = slot + 1;
+    held = true;
+  }
+  return held;
+}
+
+// The NVMe chunks of `nvme`'s units: read from the current slot, stepped in the staging buffer,
+// written to the alternate slot; units whose chunks follow one another in one pass, in file
+// order.
+void OffloadedOptimizer::spec_nvme(std::vector<SpecJob> nvme) {
+  const StepOptions& o = spec_options_;
+  const int ns = params_.num_states();
   std::sort(nvme.begin(), nvme.end(),
             [](const SpecJob& a, const SpecJob& b) { return a.unit < b.unit; });
   const std::size_t base = placement_.nvme_chunk;
@@ -148,8 +165,8 @@ int OffloadedOptimizer::spec_units(const std::vector<SpecJob>& batch) {
         [&](const ChunkSwapper::Staged& s) {
           const std::size_t c = base + s.chunk;
           while (placement_.chunks[c].unit != nvme[k].unit) ++k;
-          ShardRef part = chunk_ref(c, nvme[k].grads, reinterpret_cast<float*>(s.part[0]),
-                                    s.part + 1, w_ != DType::kF32 ? s.part[1 + ns] : nullptr);
+          ShardRef part = spec_ref(c, nvme[k].grads, reinterpret_cast<float*>(s.part[0]),
+                                   s.part + 1, w_ != DType::kF32 ? s.part[1 + ns] : nullptr);
           host_step(o.groups, c, part, spec_runs_, o.step, o.grad_scale,
                     "optimizer chunk (speculative)");
         },
@@ -157,7 +174,6 @@ int OffloadedOptimizer::spec_units(const std::vector<SpecJob>& batch) {
     for (std::size_t c = first; c < last; ++c) spec_slot_[c] = 1;
     i = j;
   }
-  return held_units;
 }
 
 Settled OffloadedOptimizer::settle(bool commit) {

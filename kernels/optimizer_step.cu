@@ -388,13 +388,12 @@ void optimizer_step(const OptimizerParams& params, const ShardRef* shards, std::
   }
 }
 
-void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
-                         const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
-                         std::int64_t step, float grad_scale, void* stream) {
-  ZERO_CHECK(groups != nullptr && num_groups > 0, kInvalidArgument,
-             "GPU optimizer step: no parameter groups");
-  ZERO_CHECK(runs != nullptr || num_runs == 0, kInvalidArgument,
-             "GPU optimizer step: runs is null");
+namespace {
+
+// Each group's step scalars. REQUIRES: num_groups >= 1. The groups must share one rule and state
+// layout (one kernel).
+std::vector<StepScalars> group_scalars(const OptimizerParams* groups, std::size_t num_groups,
+                                       std::int64_t step, float grad_scale) {
   std::vector<StepScalars> sc;
   for (std::size_t g = 0; g < num_groups; ++g) {
     sc.push_back(optim::make_step_scalars(groups[g], step, grad_scale));
@@ -403,6 +402,12 @@ void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
                    groups[g].num_states() == groups[0].num_states(),
                kInvalidArgument, "GPU optimizer step: parameter groups differ in rule or state");
   }
+  return sc;
+}
+
+// The runs tile the shard in order, each of an existing group. REQUIRES: runs, unless num_runs 0.
+void check_runs(const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                std::size_t num_groups) {
   std::size_t at = 0;
   for (std::size_t r = 0; r < num_runs; ++r) {
     ZERO_CHECK(runs[r].at == at && runs[r].count <= shard.count - at && runs[r].group >= 0 &&
@@ -414,34 +419,26 @@ void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
   }
   ZERO_CHECK(at == shard.count, kInvalidArgument, "GPU optimizer step: the runs cover ", at,
              " of the shard's ", shard.count, " elements");
-  if (shard.count == 0) return;
-  const OptimizerParams& first = groups[0];
-  if (first.state_dtype() != MomentDType::kInt8) {
-    for (std::size_t r = 0; r < num_runs; ++r) {
-      if (runs[r].count == 0) continue;
-      const ShardRef part = shard.part(runs[r].at, runs[r].count, first.state_dtype());
-      optimizer_step(groups[static_cast<std::size_t>(runs[r].group)], &part, 1, step, grad_scale,
-                     stream);
-    }
-    return;
-  }
+}
+
+// An int8-moment shard's arrays checked; the kind of its updated parameter copy.
+Copy check_int8_shard(const ShardRef& shard) {
   check_array(shard.master, DType::kF32, 0, "master");
   check_array(shard.grad, shard.grad_dtype, 0, "grad");
   for (int j = 0; j < 2; ++j) {
     ZERO_CHECK(shard.state[j] != nullptr && aligned(shard.state[j], 4), kInvalidArgument,
                "GPU optimizer step: int8 state[", j, "] is null or not aligned to 4 bytes");
   }
-  Copy c = Copy::kNone;
-  if (shard.param_copy != nullptr) {
-    ZERO_CHECK(shard.param_copy_dtype != DType::kF32, kInvalidArgument,
-               "GPU optimizer step: param_copy_dtype must be bf16 or f16");
-    check_array(shard.param_copy, shard.param_copy_dtype, 0, "param_copy");
-    c = shard.param_copy_dtype == DType::kBF16 ? Copy::kBF16 : Copy::kF16;
-  }
-  const Q8Fn fn = q8_pick(shard.grad_dtype, c);
-  ZERO_CHECK(fn != nullptr, kInternal, "GPU optimizer step: no int8 kernel for grad ",
-             to_string(shard.grad_dtype));
-  // Launches of at most kMaxRuns runs each, cut on block boundaries.
+  if (shard.param_copy == nullptr) return Copy::kNone;
+  ZERO_CHECK(shard.param_copy_dtype != DType::kF32, kInvalidArgument,
+             "GPU optimizer step: param_copy_dtype must be bf16 or f16");
+  check_array(shard.param_copy, shard.param_copy_dtype, 0, "param_copy");
+  return shard.param_copy_dtype == DType::kBF16 ? Copy::kBF16 : Copy::kF16;
+}
+
+// The int8 step's launches: at most kMaxRuns runs each, cut on block boundaries.
+std::vector<Q8Launch> q8_launches(const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                                  const std::vector<StepScalars>& sc) {
   std::vector<Q8Launch> launches;
   std::size_t r = 0, begin = 0;
   constexpr std::size_t kB = optim::kMomentBlock;
@@ -469,7 +466,38 @@ void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
     launches.push_back(L);
     begin = L.end;
   }
-  for (const Q8Launch& L : launches) fn(L, static_cast<cudaStream_t>(stream));
+  return launches;
+}
+
+}  // namespace
+
+void optimizer_step_runs(const OptimizerParams* groups, std::size_t num_groups,
+                         const ShardRef& shard, const StepRun* runs, std::size_t num_runs,
+                         std::int64_t step, float grad_scale, void* stream) {
+  ZERO_CHECK(groups != nullptr && num_groups > 0, kInvalidArgument,
+             "GPU optimizer step: no parameter groups");
+  ZERO_CHECK(runs != nullptr || num_runs == 0, kInvalidArgument,
+             "GPU optimizer step: runs is null");
+  const std::vector<StepScalars> sc = group_scalars(groups, num_groups, step, grad_scale);
+  check_runs(shard, runs, num_runs, num_groups);
+  if (shard.count == 0) return;
+  const OptimizerParams& first = groups[0];
+  if (first.state_dtype() != MomentDType::kInt8) {
+    for (std::size_t r = 0; r < num_runs; ++r) {
+      if (runs[r].count == 0) continue;
+      const ShardRef part = shard.part(runs[r].at, runs[r].count, first.state_dtype());
+      optimizer_step(groups[static_cast<std::size_t>(runs[r].group)], &part, 1, step, grad_scale,
+                     stream);
+    }
+    return;
+  }
+  const Copy c = check_int8_shard(shard);
+  const Q8Fn fn = q8_pick(shard.grad_dtype, c);
+  ZERO_CHECK(fn != nullptr, kInternal, "GPU optimizer step: no int8 kernel for grad ",
+             to_string(shard.grad_dtype));
+  for (const Q8Launch& L : q8_launches(shard, runs, num_runs, sc)) {
+    fn(L, static_cast<cudaStream_t>(stream));
+  }
 }
 
 }  // namespace zero::detail::kernels
