@@ -18,9 +18,10 @@
 #include <sstream>
 #include <string>
 
+#include "common/run_command.hpp"
+#include "common/temp_dir.hpp"
 #include "config/config_keys.hpp"
 #include "config/config_reader.hpp"
-#include "run_command.hpp"
 #include "zero/config/config.hpp"
 #include "zero/core/error.hpp"
 #include "zero/core/log.hpp"
@@ -290,7 +291,8 @@ TEST(ConfigKeysTools, ZeroTrainTakesActivationCheckpointingFromTheConfig) {
 // zero-bench runs the config's number_checkpoints as policy "config" by default, and its
 // measured activation bytes are those of that policy (fewer than without checkpointing).
 TEST(ConfigKeysTools, ZeroBenchRunsTheConfigsCheckpointing) {
-  const std::string json_path = ::testing::TempDir() + "zero_keys_bench.json";
+  const testing::TempDir tmp;  // the report zero-bench writes
+  const std::string json_path = tmp.file("zero_keys_bench.json");
   const auto r = zero::testing::run_command(
       std::string(ZERO_BENCH_BIN) +
       " --ranks 1 --steps 2 --stages 0 --offload none --layers 4 --dim 32 --heads 2 --seq 16"
